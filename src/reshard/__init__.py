@@ -1,0 +1,39 @@
+"""reshard: move sharded tensors between layouts with AllToAll and its neighbour collectives.
+
+The pure layers (placements, plans) import nothing heavy; the collectives import their engine
+on first use, so ``import reshard`` stays fast and never pulls in torch by itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import CommTimeout, InvalidArgument, MismatchError, RankFailed, ReshardError, UnsupportedDType
+from .layout import Partial, Replicate, Shard, local_shard, parse_placement, shard_sizes
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "all_to_all": "ops", "all_gather": "ops", "gather": "ops", "reduce_scatter": "ops",
+    "all_reduce": "ops", "redistribute": "ops", "last_exchange": "ops",
+    "init": "comm", "Comm": "comm",
+    "spawn": "launch",
+    "plan": "plan",
+}
+
+__all__ = [
+    "Shard", "Replicate", "Partial", "shard_sizes", "local_shard", "parse_placement",
+    "ReshardError", "InvalidArgument", "UnsupportedDType", "MismatchError", "RankFailed", "CommTimeout",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        value = module if name == "plan" else getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'reshard' has no attribute {name!r}")

@@ -1,0 +1,174 @@
+"""The cross-rank agreement check: one small fixed-size exchange, no pickle.
+
+Every rank encodes what it was asked to do (op, dtype, device, shape, op arguments, split
+sizes, global shape, and its own validation error if any) into a fixed-size byte record. One
+all-gather of those records lets every rank see every other rank's call, so every rank reaches
+the same verdict and raises the same error, naming the ranks that differ. The same records
+carry the shapes the exchange needs, so a checked op costs no extra metadata round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import ERROR_CODES, InvalidArgument, MismatchError, ReshardError, error_code
+
+MAGIC = 0x5245534841524431  # "RESHARD1": a record from something else is caught, not misread
+MAX_DIMS = 16
+MAX_ARGS = 8
+_TEXT_FIELDS = (("op", 32), ("dtype", 16), ("device", 16), ("message", 400))
+
+
+@dataclass
+class Record:
+    """What one rank passed to a collective."""
+
+    op: str
+    dtype: str = ""
+    device: str = ""
+    shape: tuple[int, ...] | None = None
+    args: tuple[int, ...] = ()
+    split_sizes: tuple[int, ...] | None = None
+    global_shape: tuple[int, ...] | None = None
+    error_code: int = 0
+    message: str = ""
+    arg_names: tuple[str, ...] = field(default=(), compare=False)
+
+    def fail(self, exc: ReshardError) -> None:
+        self.error_code = error_code(exc)
+        self.message = str(exc)
+
+
+def _int_len(size: int) -> int:
+    return 6 + MAX_DIMS + MAX_ARGS + MAX_DIMS + size
+
+
+def record_nbytes(size: int) -> int:
+    return 8 * _int_len(size) + sum(n for _, n in _TEXT_FIELDS)
+
+
+def _put_seq(ints: np.ndarray, at: int, values: Sequence[int] | None, width: int) -> None:
+    if values is not None:
+        ints[at : at + len(values)] = values[:width]
+
+
+def encode(rec: Record, size: int) -> np.ndarray:
+    ints = np.full(_int_len(size), -1, dtype=np.int64)
+    shape = rec.shape
+    too_many = shape is not None and len(shape) > MAX_DIMS
+    if too_many and not rec.error_code:
+        rec.fail(InvalidArgument(f"reshard handles at most {MAX_DIMS} dims, got {len(shape)}"))
+    ints[0] = MAGIC
+    ints[1] = -1 if shape is None else len(shape)
+    ints[2] = rec.error_code
+    ints[3] = rec.split_sizes is not None
+    ints[4] = rec.global_shape is not None
+    ints[5] = -1 if rec.split_sizes is None else len(rec.split_sizes)
+    at = 6
+    _put_seq(ints, at, None if too_many else shape, MAX_DIMS)
+    at += MAX_DIMS
+    _put_seq(ints, at, rec.args, MAX_ARGS)
+    at += MAX_ARGS
+    gs = rec.global_shape
+    _put_seq(ints, at, gs if gs is not None and len(gs) <= MAX_DIMS else None, MAX_DIMS)
+    at += MAX_DIMS
+    _put_seq(ints, at, rec.split_sizes, size)
+    parts = [ints.view(np.uint8)]
+    for name, width in _TEXT_FIELDS:
+        raw = str(getattr(rec, name)).encode("utf-8")[:width]
+        buf = np.zeros(width, dtype=np.uint8)
+        buf[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        parts.append(buf)
+    return np.concatenate(parts)
+
+
+def decode(raw: np.ndarray, size: int, arg_names: tuple[str, ...]) -> Record:
+    n_int = _int_len(size)
+    ints = raw[: 8 * n_int].view(np.int64)
+    if int(ints[0]) != MAGIC:
+        raise ReshardError("a peer sent something that is not a reshard check record (is every rank running reshard?)")
+    ndim = int(ints[1])
+    at = 6
+    shape = None if ndim < 0 or ndim > MAX_DIMS else tuple(int(v) for v in ints[at : at + ndim])
+    at += MAX_DIMS
+    args = tuple(int(v) for v in ints[at : at + len(arg_names)])
+    at += MAX_ARGS
+    gs = tuple(int(v) for v in ints[at : at + ndim]) if int(ints[4]) and shape is not None else None
+    at += MAX_DIMS
+    n_split = int(ints[5])
+    split = tuple(int(v) for v in ints[at : at + n_split]) if int(ints[3]) else None
+    texts = {}
+    pos = 8 * n_int
+    for name, width in _TEXT_FIELDS:
+        texts[name] = bytes(raw[pos : pos + width]).rstrip(b"\0").decode("utf-8", "replace")
+        pos += width
+    return Record(
+        op=texts["op"], dtype=texts["dtype"], device=texts["device"], shape=shape, args=args,
+        split_sizes=split, global_shape=gs, error_code=int(ints[2]), message=texts["message"],
+        arg_names=arg_names,
+    )
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    ranks = list(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in ranks)
+
+
+def describe_disagreement(what: str, values: Sequence[Any], fmt: Callable[[Any], str] = str) -> str:
+    """'dtype differs across ranks: rank 0,1 float32; rank 2 float64'."""
+    groups: dict[str, list[int]] = {}
+    for rank, value in enumerate(values):
+        groups.setdefault(fmt(value), []).append(rank)
+    parts = [f"{_ranks(ranks)}: {value}" for value, ranks in groups.items()]
+    return f"{what} differs across ranks: " + "; ".join(parts)
+
+
+def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseException | None) -> None:
+    """If any rank reported an invalid input, raise on every rank (the offender keeps its own)."""
+    bad = [r for r, rec in enumerate(records) if rec.error_code]
+    if not bad:
+        return
+    if own_error is not None:
+        raise own_error
+    first = records[bad[0]]
+    cls = ERROR_CODES.get(first.error_code, ReshardError)
+    lines = [f"rank {r}: {records[r].message}" for r in bad]
+    raise cls(f"{records[own_rank].op}: invalid input on {_ranks(bad)}: " + " | ".join(lines))
+
+
+def compare(records: Sequence[Record], free_dims: Sequence[int] = ()) -> None:
+    """Raise MismatchError if the calls disagree on anything but the dims in ``free_dims``."""
+    op = records[0].op
+    if len({r.op for r in records}) > 1:
+        raise MismatchError("ranks called different collectives: " + describe_disagreement("op", [r.op for r in records]).split(": ", 1)[1])
+    for attr in ("dtype", "device"):
+        values = [getattr(r, attr) for r in records]
+        if len(set(values)) > 1:
+            raise MismatchError(f"{op}: " + describe_disagreement(attr, values))
+    names = records[0].arg_names
+    for i, name in enumerate(names):
+        values = [r.args[i] for r in records]
+        if len(set(values)) > 1:
+            raise MismatchError(f"{op}: " + describe_disagreement(name, values))
+    ndims = [len(r.shape) if r.shape is not None else -1 for r in records]
+    if len(set(ndims)) > 1:
+        raise MismatchError(f"{op}: " + describe_disagreement("number of dims", ndims))
+    shapes = [r.shape for r in records]
+    for d in range(ndims[0]):
+        if d in free_dims:
+            continue
+        values = [s[d] for s in shapes]
+        if len(set(values)) > 1:
+            raise MismatchError(
+                f"{op}: " + describe_disagreement(f"dim {d}", values)
+                + f" (full shapes: {', '.join(f'rank {r} {list(s)}' for r, s in enumerate(shapes))})"
+            )
+    splits = [r.split_sizes for r in records]
+    if len(set(splits)) > 1:
+        raise MismatchError(f"{op}: " + describe_disagreement("split_sizes", splits))
+    globals_ = [r.global_shape for r in records]
+    if len(set(globals_)) > 1:
+        raise MismatchError(f"{op}: " + describe_disagreement("global_shape", globals_))

@@ -1,0 +1,186 @@
+"""Array kits: the few array operations the exchange needs, for torch tensors and numpy arrays.
+
+The ops layer packs and unpacks through a kit so one implementation serves both array
+libraries (the torch engine works on tensors, the MPI engine on numpy buffers). torch is only
+imported when a torch tensor is actually seen.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import InvalidArgument, UnsupportedDType
+
+
+def is_torch(x: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_numpy(x: Any) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def dtype_name(x: Any) -> str:
+    """A short engine-neutral dtype name: float32, bfloat16, bool, complex64..."""
+    return str(x.dtype).removeprefix("torch.")
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class TorchKit:
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+
+    def empty(self, shape: Sequence[int], like: Any) -> Any:
+        return self.torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+
+    def zeros(self, shape: Sequence[int], like: Any) -> Any:
+        return self.torch.zeros(tuple(shape), dtype=like.dtype, device=like.device)
+
+    def full_like(self, x: Any, value: Any) -> Any:
+        return self.torch.full_like(x, value)
+
+    def is_contiguous(self, x: Any) -> bool:
+        return x.is_contiguous()
+
+    def bytes_of(self, flat: Any) -> Any:
+        """1-D uint8 view of a contiguous tensor (no copy)."""
+        return flat.reshape(-1).view(self.torch.uint8)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        dst.copy_(src)
+
+    def itemsize(self, x: Any) -> int:
+        return x.element_size()
+
+    def stack_reduce(self, pieces: Any, op: str) -> Any:
+        """Reduce ``pieces`` [N, ...] over dim 0, strictly in rank order (bitwise reproducible)."""
+        t = self.torch
+        acc = pieces[0].clone()
+        for i in range(1, pieces.shape[0]):
+            if op in ("sum", "avg"):
+                acc.add_(pieces[i])
+            elif op == "max":
+                t.maximum(acc, pieces[i], out=acc)
+            else:
+                t.minimum(acc, pieces[i], out=acc)
+        if op == "avg":
+            acc.div_(pieces.shape[0])
+        return acc
+
+    def dtype_info(self, x: Any) -> tuple[bool, bool, bool]:
+        """(is_floating, is_complex, is_bool)."""
+        return x.dtype.is_floating_point, x.dtype.is_complex, x.dtype == self.torch.bool
+
+    def lowest_highest(self, x: Any) -> tuple[Any, Any]:
+        t = self.torch
+        if x.dtype == t.bool:
+            return False, True
+        info = t.finfo(x.dtype) if x.dtype.is_floating_point else t.iinfo(x.dtype)
+        if x.dtype.is_floating_point:
+            return -float("inf"), float("inf")
+        return info.min, info.max
+
+
+class NumpyKit:
+    name = "numpy"
+
+    def empty(self, shape: Sequence[int], like: Any) -> Any:
+        return np.empty(tuple(shape), dtype=like.dtype)
+
+    def zeros(self, shape: Sequence[int], like: Any) -> Any:
+        return np.zeros(tuple(shape), dtype=like.dtype)
+
+    def full_like(self, x: Any, value: Any) -> Any:
+        return np.full_like(x, value)
+
+    def is_contiguous(self, x: Any) -> bool:
+        return bool(x.flags.c_contiguous)
+
+    def bytes_of(self, flat: Any) -> Any:
+        return flat.reshape(-1).view(np.uint8)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        dst[...] = src
+
+    def itemsize(self, x: Any) -> int:
+        return x.dtype.itemsize
+
+    def stack_reduce(self, pieces: Any, op: str) -> Any:
+        acc = pieces[0].copy()
+        for i in range(1, pieces.shape[0]):
+            if op in ("sum", "avg"):
+                np.add(acc, pieces[i], out=acc)
+            elif op == "max":
+                np.maximum(acc, pieces[i], out=acc)
+            else:
+                np.minimum(acc, pieces[i], out=acc)
+        if op == "avg":
+            np.divide(acc, pieces.shape[0], out=acc)
+        return acc
+
+    def dtype_info(self, x: Any) -> tuple[bool, bool, bool]:
+        k = x.dtype.kind
+        return k == "f", k == "c", k == "b"
+
+    def lowest_highest(self, x: Any) -> tuple[Any, Any]:
+        k = x.dtype.kind
+        if k == "b":
+            return False, True
+        if k == "f":
+            return -np.inf, np.inf
+        info = np.iinfo(x.dtype)
+        return info.min, info.max
+
+
+_KITS: dict[str, Any] = {}
+
+
+def kit_for(name: str) -> Any:
+    if name not in _KITS:
+        _KITS[name] = TorchKit() if name == "torch" else NumpyKit()
+    return _KITS[name]
+
+
+def check_array(x: Any, what: str = "x", need_dims: bool = True) -> None:
+    """Reject what no op can take: non-arrays, 0-d inputs where a dim is named, sparse tensors."""
+    if is_torch(x):
+        if x.layout != sys.modules["torch"].strided:
+            raise InvalidArgument(f"{what} must be a dense (strided) tensor, got layout {x.layout}")
+    elif not is_numpy(x):
+        raise InvalidArgument(
+            f"{what} must be a torch.Tensor or numpy.ndarray, got {type(x).__module__}.{type(x).__name__}"
+        )
+    elif x.dtype.kind not in "biufc":
+        raise UnsupportedDType(f"{what} has dtype {x.dtype}, which reshard cannot move (numbers and bool only)")
+    if need_dims and x.ndim == 0:
+        raise InvalidArgument(f"{what} is 0-d; this op names a dim, so it needs at least one dim")
+
+
+def to_torch(x: Any) -> Any:
+    """A torch view of a numpy array (no copy unless its strides are negative)."""
+    import warnings
+
+    import torch
+
+    if not x.flags.writeable or any(s < 0 for s in x.strides):
+        # torch.from_numpy refuses negative strides and warns on read-only arrays; we never
+        # write into the input, so a view is safe where torch allows one.
+        if any(s < 0 for s in x.strides):
+            x = np.ascontiguousarray(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(x)

@@ -1,0 +1,146 @@
+"""The communicator: which ranks take part, on which engine, and the defaults ops use."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import InvalidArgument, ReshardError
+
+DEFAULT_TIMEOUT = 300.0
+ENGINES = ("gloo", "nccl", "mpi")
+
+
+def env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+class Comm:
+    """A group of ranks and the engine that moves bytes between them.
+
+    ``rank``, ``size``, ``engine`` ("gloo", "nccl" or "mpi"), ``group`` (the torch
+    ProcessGroup on torch engines), ``mpi_comm`` (the mpi4py communicator on MPI), ``check``
+    (whether ops run the cross-rank agreement check by default), ``timeout`` (seconds).
+    """
+
+    def __init__(self, engine_impl: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT):
+        self._impl = engine_impl
+        self.rank: int = engine_impl.rank
+        self.size: int = engine_impl.size
+        self.engine: str = engine_impl.name
+        self.check: bool = check
+        self.timeout: float = timeout
+
+    @property
+    def group(self) -> Any:
+        return getattr(self._impl, "group", None)
+
+    @property
+    def mpi_comm(self) -> Any:
+        return getattr(self._impl, "mpi_comm", None)
+
+    def barrier(self) -> None:
+        self._impl.barrier()
+
+    def close(self) -> None:
+        global _current
+        self._impl.close()
+        if _current is self:
+            _current = None
+
+    def __repr__(self) -> str:
+        return f"Comm(rank={self.rank}, size={self.size}, engine={self.engine!r})"
+
+
+_current: Comm | None = None
+
+
+def current(comm: Comm | None = None) -> Comm:
+    """``comm`` if given, else the one rs.init() or rs.spawn made in this process."""
+    if comm is not None:
+        if not isinstance(comm, Comm):
+            raise InvalidArgument(f"comm must be a reshard Comm, got {type(comm).__name__}")
+        return comm
+    if _current is None:
+        raise ReshardError("no communicator: call rs.init() (under torchrun/mpirun) or run inside rs.spawn")
+    return _current
+
+
+def set_current(comm: Comm | None) -> None:
+    global _current
+    _current = comm
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidArgument(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def launcher_env() -> tuple[str, int, int] | None:
+    """(launcher, rank, size) read from torchrun or MPI variables, validated; None if neither."""
+    for launcher, rank_var, size_var in (
+        ("torchrun", "RANK", "WORLD_SIZE"),
+        ("mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("mpi", "PMI_RANK", "PMI_SIZE"),
+        ("mpi", "PMIX_RANK", "PMIX_SIZE"),
+    ):
+        rank, size = _env_int(rank_var), _env_int(size_var)
+        if rank is None and size is None:
+            continue
+        if rank is None or size is None:
+            raise InvalidArgument(f"{rank_var} and {size_var} must be set together (got only one)")
+        if size < 1:
+            raise InvalidArgument(f"{size_var}={size}: the world size must be at least 1")
+        if not 0 <= rank < size:
+            raise InvalidArgument(f"{rank_var}={rank} is outside [0, {size_var}={size})")
+        return launcher, rank, size
+    return None
+
+
+def init(engine: str | None = None, timeout: float | None = None, check: bool = True) -> Comm:
+    """Join the job this process was started in and return its communicator.
+
+    Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it initialises
+    torch.distributed (gloo, or NCCL when ``engine="nccl"``); under mpirun/mpiexec it uses
+    mpi4py; inside rs.spawn it returns the communicator already made. A process started by
+    none of them gets a communicator of size 1. ``check=False`` (or RESHARD_CHECK=0) turns off
+    the cross-rank agreement check by default.
+    """
+    if _current is not None:
+        return _current
+    if engine is not None and engine not in ENGINES:
+        raise InvalidArgument(f"engine must be one of {ENGINES} or None, got {engine!r}")
+    timeout = float(timeout if timeout is not None else os.environ.get("RESHARD_TIMEOUT", DEFAULT_TIMEOUT))
+    check = check and env_flag("RESHARD_CHECK", True)
+    found = launcher_env()
+    if engine == "mpi" or (engine is None and found is not None and found[0] == "mpi"):
+        from .engines.mpi_engine import init_mpi
+
+        impl = init_mpi(timeout)
+    else:
+        from .engines.torch_engine import init_torch
+
+        backend = "nccl" if engine == "nccl" else "gloo"
+        if found is None:
+            import tempfile
+
+            import torch.distributed as dist
+
+            # A lone process: a size-1 group on a private file store, no listener anywhere.
+            tmp = tempfile.mkdtemp(prefix="reshard-solo-")
+            store = dist.FileStore(os.path.join(tmp, "store"), 1)
+            impl = init_torch(backend, 0, 1, timeout, store=store)
+        else:
+            _, rank, size = found
+            impl = init_torch(backend, rank, size, timeout)
+    comm = Comm(impl, check=check, timeout=timeout)
+    set_current(comm)
+    return comm

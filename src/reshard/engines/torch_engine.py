@@ -1,0 +1,101 @@
+"""torch.distributed adapter (gloo for CPU tensors, NCCL for CUDA tensors)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from typing import Any, Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+
+from ..arrays import kit_for
+from ..errors import CommTimeout, RankFailed
+
+_TIMEOUT_WORDS = ("timed out", "timeout", "time out", "deadline")
+
+
+@contextlib.contextmanager
+def engine_errors(what: str, rank: int, timeout: float) -> Iterator[None]:
+    """Turn the engine's RuntimeErrors into CommTimeout / RankFailed that say what happened."""
+    try:
+        yield
+    except (RuntimeError, ConnectionError, OSError) as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if any(w in text.lower() for w in _TIMEOUT_WORDS):
+            raise CommTimeout(
+                f"rank {rank}: {what} waited more than {timeout:g} s for its peers ({text})"
+            ) from exc
+        raise RankFailed(
+            f"rank {rank}: {what} failed because a peer rank died or disconnected ({text})"
+        ) from exc
+
+
+class TorchEngine:
+    kit_name = "torch"
+
+    def __init__(self, group: Any, rank: int, size: int, name: str, timeout: float, owns_group: bool):
+        self.group = group
+        self.rank = rank
+        self.size = size
+        self.name = name
+        self.timeout = timeout
+        self.owns_group = owns_group
+        self.kit = kit_for("torch")
+
+    def _guard(self, what: str):
+        return engine_errors(what, self.rank, self.timeout)
+
+    def alltoallv(
+        self, recv: torch.Tensor, send: torch.Tensor, recv_counts: Sequence[int], send_counts: Sequence[int], what: str
+    ) -> None:
+        """Send ``send[segment j]`` to rank j; receive rank i's segment into ``recv[segment i]``.
+
+        Both buffers are 1-D uint8; segments are consecutive, sized by the byte counts.
+        """
+        with self._guard(what):
+            dist.all_to_all_single(
+                recv, send, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts), group=self.group
+            )
+
+    def allgather(self, recv: torch.Tensor, send: torch.Tensor, what: str) -> None:
+        """Every rank's ``send`` (equal byte lengths), stacked in rank order into ``recv``."""
+        with self._guard(what):
+            dist.all_gather_single(recv, send, group=self.group)
+
+    def allgather_bytes(self, send: Any, what: str) -> Any:
+        """numpy uint8 [L] -> numpy uint8 [size, L]; used for the small check records."""
+        import numpy as np
+
+        device = "cuda" if self.name == "nccl" else "cpu"
+        src = torch.from_numpy(np.ascontiguousarray(send)).to(device)
+        out = torch.empty(self.size * src.numel(), dtype=torch.uint8, device=device)
+        self.allgather(out, src, what)
+        return out.cpu().numpy().reshape(self.size, -1)
+
+    def barrier(self) -> None:
+        with self._guard("barrier"):
+            dist.barrier(group=self.group)
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+
+def init_torch(
+    backend: str, rank: int, size: int, timeout: float, *, store: Any = None, init_method: str | None = None
+) -> TorchEngine:
+    """Create the default process group (or reuse the user's) and wrap it."""
+    owns = False
+    if not dist.is_initialized():
+        kwargs: dict[str, Any] = {"timeout": datetime.timedelta(seconds=timeout)}
+        if store is not None:
+            kwargs["store"] = store
+        else:
+            kwargs["init_method"] = init_method or "env://"
+        with engine_errors("init", rank, timeout):
+            dist.init_process_group(backend, rank=rank, world_size=size, **kwargs)
+        owns = True
+    name = "nccl" if "nccl" in dist.get_backend() else "gloo"
+    return TorchEngine(dist.group.WORLD, dist.get_rank(), dist.get_world_size(), name, timeout, owns)

@@ -1,0 +1,59 @@
+"""The errors reshard raises. Every one is a ``ReshardError``.
+
+A collective that fails raises the same class on every rank, with a message naming the rank(s)
+at fault, so a job never ends with one rank reporting and the others hanging.
+"""
+
+from __future__ import annotations
+
+
+class ReshardError(Exception):
+    """Base class of every error reshard raises on purpose."""
+
+
+class InvalidArgument(ReshardError, ValueError):
+    """An argument is wrong on some rank: a dim out of range, split sizes that do not add up..."""
+
+
+class UnsupportedDType(InvalidArgument, TypeError):
+    """The dtype cannot be used with this operation (e.g. summing bools)."""
+
+
+class MismatchError(ReshardError, ValueError):
+    """Ranks passed arguments that must agree but do not (shape, dtype, op, split sizes...)."""
+
+
+class RankFailed(ReshardError, RuntimeError):
+    """A rank died, raised, or did not finish in time.
+
+    ``failures`` maps rank -> a text (traceback or reason) for every rank that failed.
+    """
+
+    def __init__(self, message: str, failures: dict[int, str] | None = None):
+        super().__init__(message)
+        self.failures: dict[int, str] = dict(failures or {})
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.failures)
+
+
+class CommTimeout(ReshardError, TimeoutError):
+    """A wait for other ranks ran out of time."""
+
+
+# Codes carried in the cross-rank check record, so every rank can raise the class that the
+# offending rank raised without sending anything but integers.
+ERROR_CODES: dict[int, type[ReshardError]] = {
+    1: InvalidArgument,
+    2: UnsupportedDType,
+    3: MismatchError,
+    4: ReshardError,
+}
+
+
+def error_code(exc: ReshardError) -> int:
+    for code, cls in sorted(ERROR_CODES.items(), key=lambda kv: -len(kv[1].__mro__)):
+        if isinstance(exc, cls):
+            return code
+    return 4

@@ -1,0 +1,193 @@
+"""Placements and the balanced sharding rule. Pure: imports no engine and no array library.
+
+A *placement* says how one tensor is laid out over the ``size`` ranks of a communicator:
+
+* ``Shard(d)``: split along dim ``d`` by the balanced rule; rank ``r`` holds piece ``r``.
+* ``Replicate()``: every rank holds the whole tensor.
+* ``Partial(op)``: every rank holds a tensor of the full shape; the logical tensor is the
+  reduction (``op``) of all of them.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .errors import InvalidArgument
+
+REDUCE_OPS = ("sum", "avg", "max", "min")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Split along ``dim`` (negative counts from the end) by the balanced rule."""
+
+    dim: int
+
+    def __post_init__(self) -> None:
+        check_int("Shard.dim", self.dim)
+
+    def __repr__(self) -> str:
+        return f"Shard({self.dim})"
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """Every rank holds the whole tensor."""
+
+    def __repr__(self) -> str:
+        return "Replicate()"
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Every rank holds a full-shape tensor; the logical tensor is their reduction by ``op``."""
+
+    op: str = "sum"
+
+    def __post_init__(self) -> None:
+        if self.op not in REDUCE_OPS:
+            raise InvalidArgument(f"Partial op must be one of {REDUCE_OPS}, got {self.op!r}")
+
+    def __repr__(self) -> str:
+        return "Partial()" if self.op == "sum" else f"Partial({self.op!r})"
+
+
+Placement = Shard | Replicate | Partial
+
+
+def check_int(name: str, value: Any) -> int:
+    """Return ``value`` as an int if it is a true integer; bool, float and str are rejected."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        raise InvalidArgument(f"{name} must be an int, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgument(f"{name} must be an int, got {value!r} ({type(value).__name__})") from None
+
+
+def normalize_dim(dim: Any, ndim: int, name: str = "dim") -> int:
+    """Map ``dim`` in ``[-ndim, ndim)`` to ``[0, ndim)``; anything else is an InvalidArgument."""
+    dim = check_int(name, dim)
+    if ndim == 0:
+        raise InvalidArgument(f"{name}={dim} needs a tensor with at least one dim, got a 0-d one")
+    if not -ndim <= dim < ndim:
+        raise InvalidArgument(f"{name}={dim} is out of range for a {ndim}-d tensor (valid: {-ndim}..{ndim - 1})")
+    return dim % ndim
+
+
+def shard_sizes(length: int, parts: int) -> list[int]:
+    """Balanced split of ``length`` into ``parts``: the first ``length % parts`` get one more.
+
+    >>> shard_sizes(7, 3)
+    [3, 2, 2]
+    >>> shard_sizes(2, 4)
+    [1, 1, 0, 0]
+    """
+    length = check_int("length", length)
+    parts = check_int("parts", parts)
+    if length < 0:
+        raise InvalidArgument(f"length must be >= 0, got {length}")
+    if parts < 1:
+        raise InvalidArgument(f"parts must be >= 1, got {parts}")
+    base, extra = divmod(length, parts)
+    return [base + 1 if i < extra else base for i in range(parts)]
+
+
+def offsets(sizes: Sequence[int]) -> list[int]:
+    """Start offset of each piece: the exclusive prefix sum of ``sizes``."""
+    out, acc = [], 0
+    for s in sizes:
+        out.append(acc)
+        acc += s
+    return out
+
+
+def shard_range(length: int, parts: int, index: int) -> tuple[int, int]:
+    """``[start, stop)`` of piece ``index`` under the balanced rule."""
+    sizes = shard_sizes(length, parts)
+    start = sum(sizes[:index])
+    return start, start + sizes[index]
+
+
+def local_shape(global_shape: Sequence[int], placement: Placement, rank: int, size: int) -> tuple[int, ...]:
+    """Shape of what ``rank`` holds of a tensor of ``global_shape`` under ``placement``."""
+    shape = list(global_shape)
+    if isinstance(placement, Shard):
+        d = normalize_dim(placement.dim, len(shape), "Shard.dim")
+        shape[d] = shard_sizes(shape[d], size)[rank]
+    return tuple(shape)
+
+
+def local_region(global_shape: Sequence[int], placement: Placement, rank: int, size: int) -> tuple[tuple[int, int], ...]:
+    """Per dim ``[start, stop)`` of the global region that ``rank`` holds under ``placement``."""
+    region = [(0, n) for n in global_shape]
+    if isinstance(placement, Shard):
+        d = normalize_dim(placement.dim, len(region), "Shard.dim")
+        region[d] = shard_range(global_shape[d], size, rank)
+    return tuple(region)
+
+
+def _zeros_like(full: Any) -> Any:
+    module = type(full).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        return torch.zeros_like(full)
+    import numpy as np
+
+    return np.zeros_like(full)
+
+
+def local_shard(full: Any, placement: Placement, rank: int, size: int) -> Any:
+    """What ``rank`` of ``size`` holds of ``full`` (numpy array or torch tensor) under ``placement``.
+
+    ``Shard(d)``: a view of ``full`` sliced along ``d`` by the balanced rule.
+    ``Replicate()``: ``full`` itself.
+    ``Partial(op)``: for ``sum``, rank 0 holds ``full`` and the others zeros (they sum to
+    ``full``); for ``avg``, ``max`` and ``min`` every rank holds ``full``.
+    """
+    rank = check_int("rank", rank)
+    size = check_int("size", size)
+    if size < 1 or not 0 <= rank < size:
+        raise InvalidArgument(f"rank must be in [0, size), got rank={rank}, size={size}")
+    placement = parse_placement(placement)
+    if isinstance(placement, Shard):
+        d = normalize_dim(placement.dim, full.ndim, "Shard.dim")
+        start, stop = shard_range(full.shape[d], size, rank)
+        return full[(slice(None),) * d + (slice(start, stop),)]
+    if isinstance(placement, Partial) and placement.op == "sum" and rank != 0:
+        return _zeros_like(full)
+    return full
+
+
+_SHARD_RE = re.compile(r"^\s*(?:Shard|S)\s*\(\s*(-?\d+)\s*\)\s*$", re.IGNORECASE)
+_PARTIAL_RE = re.compile(r"^\s*(?:Partial|P)\s*\(\s*(?:op\s*=\s*)?['\"]?(\w*)['\"]?\s*\)\s*$", re.IGNORECASE)
+
+
+def parse_placement(spec: Any) -> Placement:
+    """A placement from itself or from text: ``Shard(1)``, ``row``/``rows`` (Shard(0)),
+    ``col``/``cols`` (Shard(1)), ``replicate``/``Replicate()``, ``partial``/``Partial(max)``."""
+    if isinstance(spec, (Shard, Replicate, Partial)):
+        return spec
+    if not isinstance(spec, str):
+        raise InvalidArgument(f"a placement must be Shard(d), Replicate() or Partial(op), got {spec!r}")
+    text = spec.strip()
+    lowered = text.lower()
+    if lowered in ("row", "rows"):
+        return Shard(0)
+    if lowered in ("col", "cols", "column", "columns"):
+        return Shard(1)
+    if lowered in ("replicate", "replicate()", "r"):
+        return Replicate()
+    if lowered == "partial":
+        return Partial()
+    if m := _SHARD_RE.match(text):
+        return Shard(int(m.group(1)))
+    if m := _PARTIAL_RE.match(text):
+        return Partial(m.group(1) or "sum")
+    raise InvalidArgument(
+        f"cannot read placement {spec!r}: use row, col, replicate, partial, Shard(d) or Partial(op)"
+    )

@@ -1,0 +1,554 @@
+"""The public collectives on the local shard.
+
+Each op validates its input, runs the cross-rank agreement check (one small all-gather of
+fixed-size records, which also tells every rank the others' shapes), packs into one send
+buffer, calls the engine once, and unpacks. Shapes in docstrings follow ``jax.lax``: ``N`` is
+the world size, ``r`` this rank, ``sizes = split_sizes or shard_sizes(x.shape[split_dim], N)``.
+
+Copy budget (element copies outside the engine, per op):
+
+* all_to_all: one pack copy, unless every piece is already a contiguous run of ``x`` (``x``
+  contiguous and all dims before ``split_dim`` of size 1, e.g. ``split_dim=0``); one unpack
+  copy, unless the received pieces stacked in rank order already are the result (all dims
+  before ``concat_dim`` of size 1, e.g. ``concat_dim=0``). So Shard(0)->Shard(1) costs one pack
+  and no unpack; Shard(1)->Shard(0) no pack and one unpack.
+* all_gather / gather: none when ``dim`` is the leading dim and sizes are even; one unpack
+  otherwise (uneven all_gather pads: one more).
+* reduce_scatter: the pack as in all_to_all, then the rank-ordered reduction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from . import _check
+from .arrays import check_array, dtype_name, is_numpy, is_torch, kit_for, numel, to_torch
+from .comm import Comm, current
+from .errors import InvalidArgument, MismatchError, ReshardError, UnsupportedDType
+from .layout import (
+    REDUCE_OPS,
+    Partial,
+    Replicate,
+    Shard,
+    check_int,
+    normalize_dim,
+    offsets,
+    parse_placement,
+    shard_sizes,
+)
+
+Array = Any  # torch.Tensor or numpy.ndarray
+
+
+@dataclass
+class ExchangeStats:
+    """What the last exchange on this process did: for tests, ``explain`` and ``bench``."""
+
+    op: str
+    pack_copies: int = 0
+    unpack_copies: int = 0
+    bytes_sent: int = 0  # bytes that left this rank (its own piece excluded)
+    bytes_received: int = 0  # bytes that arrived from other ranks
+    recv_buffer_ptr: int = 0  # where the engine wrote what it received
+    metadata_exchanges: int = 0
+
+
+_last: ExchangeStats | None = None
+
+
+def last_exchange() -> ExchangeStats | None:
+    """Stats of the most recent collective on this process (None before the first)."""
+    return _last
+
+
+def _data_ptr(a: Array) -> int:
+    return a.data_ptr() if is_torch(a) else a.__array_interface__["data"][0]
+
+
+def _narrow(x: Array, dim: int, start: int, length: int) -> Array:
+    return x[(slice(None),) * dim + (slice(start, start + length),)]
+
+
+def _with_dim(shape: Sequence[int], dim: int, value: int) -> list[int]:
+    out = list(shape)
+    out[dim] = value
+    return out
+
+
+def _segments(kit: Any, flat: Array, shapes: Sequence[Sequence[int]]) -> list[Array]:
+    """Views of consecutive runs of ``flat`` shaped as ``shapes``."""
+    views, at = [], 0
+    for shape in shapes:
+        n = numel(shape)
+        views.append(flat[at : at + n].reshape(tuple(shape)))
+        at += n
+    return views
+
+
+class _Call:
+    """One collective call on one rank: input conversion, validation, the agreement check."""
+
+    def __init__(self, op: str, x: Any, comm: Comm | None, check: bool | None, arg_names: Sequence[str] = ()):
+        self.op = op
+        self.comm = current(comm)
+        self.check = self.comm.check if check is None else bool(check)
+        self.impl = self.comm._impl
+        self.kit = self.impl.kit
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.numpy_in = False
+        self.x = x
+        self.record = _check.Record(op=op, arg_names=tuple(arg_names))
+        self.error: ReshardError | None = None
+        self.stats = ExchangeStats(op)
+
+    @contextlib.contextmanager
+    def validating(self) -> Iterator[None]:
+        """Local validation: an error is held for the check, so every rank can raise it."""
+        try:
+            yield
+        except ReshardError as exc:
+            msg = str(exc)
+            if not msg.startswith(f"rank {self.rank}"):
+                exc.args = (f"rank {self.rank}: {self.op}: {msg}",) + exc.args[1:]
+            self.error = exc
+            self.record.fail(exc)
+
+    def take_input(self, need_dims: bool = True) -> None:
+        x = self.x
+        check_array(x, "x", need_dims)
+        self.record.dtype = dtype_name(x)
+        self.record.shape = tuple(int(s) for s in x.shape)
+        if is_numpy(x) and self.kit.name == "torch":
+            self.numpy_in = True
+            x = to_torch(x)
+        elif is_torch(x) and self.kit.name == "numpy":
+            raise InvalidArgument("torch tensors on the MPI engine arrive with the MPI engine (see issue 4)")
+        if is_torch(x):
+            self.record.device = x.device.type
+            if x.device.type != "cpu" and self.comm.engine == "gloo":
+                raise InvalidArgument(f"x is on {x.device}, but this communicator's engine (gloo) moves CPU tensors only")
+            if x.device.type == "cpu" and self.comm.engine == "nccl":
+                raise InvalidArgument("x is on the CPU, but this communicator's engine (nccl) moves CUDA tensors only")
+            if x.requires_grad:
+                x = x.detach()
+        else:
+            self.record.device = "cpu"
+        self.x = x
+
+    def agree(self, free_dims: Sequence[int] = (), need_shapes: bool = True) -> list[tuple[int, ...]] | None:
+        """Run the check (if on) or the metadata exchange (if needed); raise on any problem.
+
+        Returns every rank's input shape, or None when neither check nor shapes were needed.
+        """
+        if not self.check and not need_shapes:
+            if self.error is not None:
+                raise self.error
+            return None
+        raw = _check.encode(self.record, self.size)
+        gathered = self.impl.allgather_bytes(raw, f"{self.op} (check)")
+        self.stats.metadata_exchanges += 1
+        records = [_check.decode(row, self.size, self.record.arg_names) for row in gathered]
+        if self.error is None and self.record.error_code:  # e.g. too many dims, found by encode
+            self.error = _check.ERROR_CODES[self.record.error_code](self.record.message)
+        _check.raise_errors(records, self.rank, self.error)
+        if self.check:
+            _check.compare(records, free_dims)
+        self.records = records
+        return [r.shape for r in records]
+
+    def result(self, out: Array) -> Array:
+        global _last
+        _last = self.stats
+        if self.numpy_in and out is not None:
+            return out.numpy()
+        return out
+
+
+def _sizes_arg(split_sizes: Any, length: int, parts: int, name: str = "split_sizes") -> tuple[int, ...]:
+    try:
+        sizes = [check_int(f"{name}[{i}]", s) for i, s in enumerate(split_sizes)]
+    except TypeError:
+        raise InvalidArgument(f"{name} must be a sequence of {parts} ints, got {split_sizes!r}") from None
+    if len(sizes) != parts:
+        raise InvalidArgument(f"{name} has {len(sizes)} entries; it needs one per rank ({parts})")
+    if any(s < 0 for s in sizes):
+        raise InvalidArgument(f"{name} has a negative entry: {sizes}")
+    if sum(sizes) != length:
+        raise InvalidArgument(f"{name} {sizes} sums to {sum(sizes)}, but the split dim has length {length}")
+    return tuple(sizes)
+
+
+def _pack(call: _Call, x: Array, dim: int, sizes: Sequence[int]) -> tuple[Array, list[list[int]]]:
+    """One send buffer holding ``x`` cut along ``dim`` into ``sizes``, piece j at segment j."""
+    kit = call.kit
+    shapes = [_with_dim(x.shape, dim, s) for s in sizes]
+    if kit.is_contiguous(x) and numel(x.shape[:dim]) == 1:
+        return x.reshape(-1), shapes  # the pieces already are consecutive runs of x
+    send = kit.empty([numel(x.shape)], like=x)
+    for view, start, size, shape in zip(_segments(kit, send, shapes), offsets(sizes), sizes, shapes):
+        if size:
+            kit.copy(view, _narrow(x, dim, start, size))
+    call.stats.pack_copies += 1
+    return send, shapes
+
+
+def _exchange(
+    call: _Call, send: Array, send_shapes: Sequence[Sequence[int]], recv_shapes: Sequence[Sequence[int]],
+    out_shape: Sequence[int], concat_dim: int, like: Array,
+) -> Array:
+    """Send piece j to rank j, concatenate what arrives along ``concat_dim`` in rank order."""
+    kit, rank = call.kit, call.rank
+    direct = numel(out_shape[:concat_dim]) == 1
+    if direct:  # received pieces, stacked in rank order, already are the result
+        out = kit.empty(out_shape, like=like)
+        recv = out.reshape(-1)
+    else:
+        recv = kit.empty([sum(numel(s) for s in recv_shapes)], like=like)
+    item = kit.itemsize(like)
+    send_counts = [numel(s) * item for s in send_shapes]
+    recv_counts = [numel(s) * item for s in recv_shapes]
+    call.stats.bytes_sent += sum(send_counts) - send_counts[rank]
+    call.stats.bytes_received += sum(recv_counts) - recv_counts[rank]
+    call.stats.recv_buffer_ptr = _data_ptr(recv)
+    call.impl.alltoallv(kit.bytes_of(recv), kit.bytes_of(send), recv_counts, send_counts, call.op)
+    if direct:
+        return out
+    out = kit.empty(out_shape, like=like)
+    lengths = [s[concat_dim] for s in recv_shapes]
+    for view, start, length in zip(_segments(kit, recv, recv_shapes), offsets(lengths), lengths):
+        if length and numel(view.shape):
+            kit.copy(_narrow(out, concat_dim, start, length), view)
+    call.stats.unpack_copies += 1
+    return out
+
+
+def _all_to_all_core(
+    call: _Call, x: Array, s: int, c: int, split_sizes: Sequence[int] | None, shapes: Sequence[Sequence[int]]
+) -> Array:
+    n, rank = call.size, call.rank
+    splits = [tuple(split_sizes) if split_sizes is not None else shard_sizes(sh[s], n) for sh in shapes]
+    send, send_shapes = _pack(call, x, s, splits[rank])
+    recv_shapes = [_with_dim(shapes[i], s, splits[i][rank]) for i in range(n)]
+    out_shape = _with_dim(recv_shapes[0], c, sum(r[c] for r in recv_shapes))
+    return _exchange(call, send, send_shapes, recv_shapes, out_shape, c, x)
+
+
+def all_to_all(
+    x: Array, split_dim: int, concat_dim: int, comm: Comm | None = None,
+    split_sizes: Sequence[int] | None = None, *, check: bool | None = None,
+) -> Array:
+    """Cut ``x`` along ``split_dim`` into one piece per rank, send piece j to rank j, and
+    concatenate what arrives along ``concat_dim`` in rank order. Sums nothing, copies nothing
+    twice: the layout exchange of the card (``all_to_all(A_rows, split_dim=1, concat_dim=0)``).
+
+    Args:
+      x: the local shard, ``[..., S, ..., C_r, ...]`` (``S`` at ``split_dim``, ``C_r`` at
+        ``concat_dim``). Every dim but ``concat_dim`` must agree across ranks.
+      split_dim, concat_dim: ints, negative counts from the end; may be equal.
+      split_sizes: how to cut ``split_dim`` (one int per rank, same on every rank); default the
+        balanced rule ``shard_sizes(S, N)``.
+
+    Returns:
+      With ``split_dim != concat_dim``: ``x.shape`` with ``S -> sizes[r]`` and
+      ``C_r -> sum over ranks i of C_i``. With ``split_dim == concat_dim``: that dim becomes
+      ``sum over i of sizes_i[r]``. Same shapes as ``jax.lax.all_to_all(..., tiled=True)``.
+      numpy in, numpy out. ``x`` is never modified.
+
+    Copies: one pack unless ``split_dim`` is effectively leading; one unpack unless
+    ``concat_dim`` is effectively leading (see the module docstring).
+    """
+    call = _Call("all_to_all", x, comm, check, ("split_dim", "concat_dim"))
+    s = c = 0
+    sizes = None
+    with call.validating():
+        call.take_input()
+        nd = call.x.ndim
+        s = normalize_dim(split_dim, nd, "split_dim")
+        c = normalize_dim(concat_dim, nd, "concat_dim")
+        call.record.args = (s, c)
+        if split_sizes is not None:
+            sizes = _sizes_arg(split_sizes, call.x.shape[s], call.size)
+            call.record.split_sizes = sizes
+    shapes = call.agree(free_dims=(c,))
+    return call.result(_all_to_all_core(call, call.x, s, c, sizes, shapes))
+
+
+def _gather_core(call: _Call, x: Array, dim: int, shapes: Sequence[Sequence[int]], dst: int | None) -> Array | None:
+    """all_gather (dst None) or gather to ``dst``, concatenating along ``dim`` in rank order."""
+    kit, n, rank = call.kit, call.size, call.rank
+    lengths = [sh[dim] for sh in shapes]
+    out_shape = _with_dim(x.shape, dim, sum(lengths))
+    recv_shapes = [_with_dim(x.shape, dim, length) for length in lengths]
+    src = x if kit.is_contiguous(x) else x.contiguous() if is_torch(x) else x.copy()
+    if src is not x:
+        call.stats.pack_copies += 1
+    flat = src.reshape(-1)
+    if dst is None and len(set(lengths)) == 1:
+        # Equal pieces: one native all-gather, straight into the result when dim leads.
+        direct = numel(out_shape[:dim]) == 1
+        out = kit.empty(out_shape, like=x)
+        recv = out.reshape(-1) if direct else kit.empty([numel(out_shape)], like=x)
+        call.stats.recv_buffer_ptr = _data_ptr(recv)
+        nbytes = numel(x.shape) * kit.itemsize(x)
+        call.stats.bytes_sent += nbytes * (n - 1)
+        call.stats.bytes_received += nbytes * (n - 1)
+        call.impl.allgather(kit.bytes_of(recv), kit.bytes_of(flat), call.op)
+        if not direct:
+            for view, start in zip(_segments(kit, recv, recv_shapes), offsets(lengths)):
+                kit.copy(_narrow(out, dim, start, lengths[0]), view)
+            call.stats.unpack_copies += 1
+        return out
+    if dst is None:
+        # Uneven all_gather: pad every piece to the longest, gather, then compact.
+        longest = max(numel(s) for s in recv_shapes)
+        padded = kit.empty([longest], like=x)
+        padded[: flat.shape[0]] = flat
+        recv = kit.empty([longest * n], like=x)
+        item = kit.itemsize(x)
+        call.stats.bytes_sent += numel(x.shape) * item * (n - 1)
+        call.stats.bytes_received += sum(numel(s) for i, s in enumerate(recv_shapes) if i != rank) * item
+        call.impl.allgather(kit.bytes_of(recv), kit.bytes_of(padded), call.op)
+        out = kit.empty(out_shape, like=x)
+        for i, (shape, start) in enumerate(zip(recv_shapes, offsets(lengths))):
+            if lengths[i]:
+                piece = recv[i * longest : i * longest + numel(shape)].reshape(tuple(shape))
+                kit.copy(_narrow(out, dim, start, lengths[i]), piece)
+        call.stats.pack_copies += 1
+        call.stats.unpack_copies += 1
+        return out
+    send_shapes = [_with_dim(x.shape, dim, lengths[rank] if j == dst else 0) for j in range(n)]
+    mine = recv_shapes if rank == dst else [_with_dim(x.shape, dim, 0)] * n
+    out = _exchange(call, flat, send_shapes, mine, _with_dim(x.shape, dim, sum(r[dim] for r in mine)), dim, x)
+    return out if rank == dst else None
+
+
+def all_gather(x: Array, dim: int = 0, comm: Comm | None = None, *, check: bool | None = None) -> Array:
+    """Every rank ends with every rank's ``x`` concatenated along ``dim`` in rank order.
+
+    ``x``: ``[..., L_r, ...]`` (``L_r`` at ``dim``; other dims agree across ranks).
+    Returns ``[..., sum over i of L_i, ...]`` on every rank: the full tensor, replicated.
+    """
+    call = _Call("all_gather", x, comm, check, ("dim",))
+    d = 0
+    with call.validating():
+        call.take_input()
+        d = normalize_dim(dim, call.x.ndim, "dim")
+        call.record.args = (d,)
+    shapes = call.agree(free_dims=(d,))
+    return call.result(_gather_core(call, call.x, d, shapes, None))
+
+
+def gather(x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, check: bool | None = None) -> Array | None:
+    """Rank ``dst`` ends with every rank's ``x`` concatenated along ``dim``; others get None.
+
+    ``x``: ``[..., L_r, ...]``. Returns ``[..., sum over i of L_i, ...]`` on ``dst``, None elsewhere.
+    """
+    call = _Call("gather", x, comm, check, ("dim", "dst"))
+    d = root = 0
+    with call.validating():
+        call.take_input()
+        d = normalize_dim(dim, call.x.ndim, "dim")
+        root = check_int("dst", dst)
+        call.record.args = (d, root)
+        if not 0 <= root < call.size:
+            raise InvalidArgument(f"dst={root} is not a rank of this communicator (size {call.size})")
+    shapes = call.agree(free_dims=(d,))
+    return call.result(_gather_core(call, call.x, d, shapes, root))
+
+
+def _check_reducible(kit: Any, x: Array, op: str) -> None:
+    if op not in REDUCE_OPS:
+        raise InvalidArgument(f"op must be one of {REDUCE_OPS}, got {op!r}")
+    is_float, is_complex, is_bool = kit.dtype_info(x)
+    if is_bool and op in ("sum", "avg"):
+        raise UnsupportedDType(f"cannot {op} bool values (use max for 'any' or min for 'all')")
+    if is_complex and op in ("max", "min"):
+        raise UnsupportedDType(f"complex values have no order, so op={op!r} is undefined for {dtype_name(x)}")
+    if op == "avg" and not (is_float or is_complex):
+        raise UnsupportedDType(f"op='avg' needs a floating or complex dtype, got {dtype_name(x)} (use sum)")
+
+
+def _reduce_scatter_core(call: _Call, x: Array, d: int, op: str) -> Array:
+    kit, n, rank = call.kit, call.size, call.rank
+    sizes = shard_sizes(x.shape[d], n)
+    send, send_shapes = _pack(call, x, d, sizes)
+    piece_shape = send_shapes[rank]
+    # Every rank's piece r arrives stacked [N, *piece]; the reduction runs in rank order, so
+    # every engine and every run gives the same bits.
+    stacked = _exchange(call, send, send_shapes, [piece_shape] * n, [n * piece_shape[0], *piece_shape[1:]], 0, x)
+    return kit.stack_reduce(stacked.reshape((n, *piece_shape)), op)
+
+
+def reduce_scatter(
+    x: Array, dim: int = 0, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None
+) -> Array:
+    """Reduce ``x`` over ranks with ``op`` (sum, avg, max, min), then keep this rank's shard.
+
+    ``x``: ``[..., L, ...]``, the same shape on every rank. Returns ``[..., sizes[r], ...]``
+    with ``sizes = shard_sizes(L, N)``: values summed (or maxed...) across ranks, in rank order.
+    """
+    call = _Call("reduce_scatter", x, comm, check, ("dim", "op"))
+    d = 0
+    with call.validating():
+        call.take_input()
+        d = normalize_dim(dim, call.x.ndim, "dim")
+        _check_reducible(call.kit, call.x, op)
+        call.record.args = (d, REDUCE_OPS.index(op))
+    call.agree(need_shapes=False)
+    return call.result(_reduce_scatter_core(call, call.x, d, op))
+
+
+def _all_reduce_core(call: _Call, x: Array, op: str) -> Array:
+    flat = x.reshape(-1)
+    mine = _reduce_scatter_core(call, flat, 0, op)
+    lengths = shard_sizes(flat.shape[0], call.size)
+    full = _gather_core(call, mine, 0, [(length,) for length in lengths], None)
+    return full.reshape(tuple(x.shape))
+
+
+def all_reduce(x: Array, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None) -> Array:
+    """Every rank ends with the reduction (sum, avg, max, min) of all ranks' ``x``.
+
+    ``x``: any shape, the same on every rank. Returns the same shape, bit-identical on every
+    rank (a reduce_scatter, reduced in rank order, then an all_gather).
+    """
+    call = _Call("all_reduce", x, comm, check, ("op",))
+    with call.validating():
+        call.take_input(need_dims=False)
+        _check_reducible(call.kit, call.x, op)
+        call.record.args = (REDUCE_OPS.index(op),)
+    call.agree(need_shapes=False)
+    return call.result(_all_reduce_core(call, call.x, op))
+
+
+_PLACEMENT_CODES = {"Shard": 0, "Replicate": 1, "Partial": 2}
+
+
+def _placement_code(p: Any, ndim: int) -> int:
+    if isinstance(p, Shard):
+        return 100 + normalize_dim(p.dim, ndim)
+    if isinstance(p, Partial):
+        return 200 + REDUCE_OPS.index(p.op)
+    return 1
+
+
+def redistribute(
+    x: Array, src: Any = Shard(0), dst: Any = Shard(1), comm: Comm | None = None,
+    global_shape: Sequence[int] | None = None, *, check: bool | None = None,
+) -> Array:
+    """Change the layout of a distributed tensor from placement ``src`` to ``dst``.
+
+    ``x`` is this rank's part of a logical tensor of ``global_shape`` laid out as ``src``
+    (Shard(i) by the balanced rule, Replicate(), Partial(op)). Returns this rank's part under
+    ``dst``. The collective used:
+
+    ============================  ==============================================
+    Shard(i) -> Shard(j), i != j  all_to_all(split_dim=j, concat_dim=i)
+    Shard(i) -> Replicate()       all_gather(dim=i)
+    Partial -> Shard(j)           reduce_scatter(dim=j)
+    Partial -> Replicate()        all_reduce
+    Replicate -> Shard(j)         local slice, no traffic
+    Replicate/Shard -> Partial    no traffic (outputs reduce to the full tensor)
+    same -> same                  nothing (``x`` itself is returned)
+    ============================  ==============================================
+
+    With ``global_shape=None`` the shards' lengths are learned in one small exchange of
+    integers; given, no metadata moves (and ``check=False`` then makes no extra round at all).
+    """
+    call = _Call("redistribute", x, comm, check, ("src", "dst"))
+    s_pl = d_pl = None
+    gshape: tuple[int, ...] | None = None
+    with call.validating():
+        s_pl, d_pl = parse_placement(src), parse_placement(dst)
+        call.take_input(need_dims=isinstance(s_pl, Shard) or isinstance(d_pl, Shard))
+        nd = call.x.ndim
+        call.record.args = (_placement_code(s_pl, nd), _placement_code(d_pl, nd))
+        if isinstance(s_pl, Shard):
+            s_pl = Shard(normalize_dim(s_pl.dim, nd, "src Shard dim"))
+        if isinstance(d_pl, Shard):
+            d_pl = Shard(normalize_dim(d_pl.dim, nd, "dst Shard dim"))
+        if global_shape is not None:
+            gshape = tuple(check_int(f"global_shape[{i}]", g) for i, g in enumerate(global_shape))
+            call.record.global_shape = gshape
+            _check_local_against_global(call, gshape, s_pl)
+        if isinstance(s_pl, Partial) or isinstance(d_pl, Partial) and d_pl != s_pl:
+            op = s_pl.op if isinstance(s_pl, Partial) else d_pl.op
+            if isinstance(s_pl, Partial) and not (isinstance(d_pl, Partial) and d_pl == s_pl):
+                _check_reducible(call.kit, call.x, op)
+            if isinstance(d_pl, Partial) and isinstance(s_pl, Shard) and d_pl.op == "avg":
+                raise InvalidArgument("Shard -> Partial('avg') cannot be exact; use Partial('sum')")
+    if call.error is not None and not call.check:
+        raise call.error
+    if s_pl == d_pl:
+        call.agree(need_shapes=False)
+        return call.result(x)
+    src_shard = s_pl.dim if isinstance(s_pl, Shard) else None
+    needs_lengths = src_shard is not None and gshape is None and not isinstance(d_pl, Partial)
+    needs_lengths = needs_lengths or (src_shard is not None and isinstance(d_pl, Partial) and gshape is None)
+    shapes = call.agree(free_dims=() if src_shard is None else (src_shard,), need_shapes=needs_lengths)
+    xt = call.x
+    n, rank = call.size, call.rank
+    if src_shard is not None:
+        if shapes is not None:
+            gshape = _global_from_shapes(call, shapes, src_shard)
+        shapes = [tuple(_with_dim(gshape, src_shard, k)) for k in shard_sizes(gshape[src_shard], n)]
+    if isinstance(s_pl, Shard) and isinstance(d_pl, Shard):
+        out = _all_to_all_core(call, xt, d_pl.dim, s_pl.dim, None, shapes)
+    elif isinstance(s_pl, Shard) and isinstance(d_pl, Replicate):
+        out = _gather_core(call, xt, s_pl.dim, shapes, None)
+    elif isinstance(s_pl, Partial) and isinstance(d_pl, Shard):
+        out = _reduce_scatter_core(call, xt, d_pl.dim, s_pl.op)
+    elif isinstance(s_pl, Partial):
+        out = _all_reduce_core(call, xt, s_pl.op)
+        if isinstance(d_pl, Partial):
+            out = _to_partial(call, out, d_pl.op)
+    elif isinstance(s_pl, Replicate) and isinstance(d_pl, Shard):
+        start = sum(shard_sizes(xt.shape[d_pl.dim], n)[:rank])
+        view = _narrow(xt, d_pl.dim, start, shard_sizes(xt.shape[d_pl.dim], n)[rank])
+        out = view.clone() if is_torch(view) else view.copy()
+    elif isinstance(s_pl, Replicate):  # -> Partial
+        out = _to_partial(call, xt, d_pl.op)
+    else:  # Shard(i) -> Partial: embed this rank's shard in a tensor of the global shape
+        lo, hi = call.kit.lowest_highest(xt)
+        fill = {"sum": 0, "max": lo, "min": hi}[d_pl.op]
+        out = call.kit.full_like(call.kit.empty(gshape, like=xt), fill)
+        start = sum(shard_sizes(gshape[s_pl.dim], n)[:rank])
+        call.kit.copy(_narrow(out, s_pl.dim, start, xt.shape[s_pl.dim]), xt)
+    return call.result(out)
+
+
+def _to_partial(call: _Call, full: Array, op: str) -> Array:
+    """Replicated -> Partial(op): for sum, rank 0 keeps the values and the others hold zeros."""
+    if op == "sum" and call.rank != 0:
+        return call.kit.zeros(full.shape, like=full)
+    return full.clone() if is_torch(full) else full.copy()
+
+
+def _check_local_against_global(call: _Call, gshape: tuple[int, ...], src: Any) -> None:
+    x = call.x
+    if len(gshape) != x.ndim:
+        raise InvalidArgument(f"global_shape {list(gshape)} has {len(gshape)} dims but x has {x.ndim}")
+    if any(g < 0 for g in gshape):
+        raise InvalidArgument(f"global_shape {list(gshape)} has a negative entry")
+    expected = list(gshape)
+    if isinstance(src, Shard):
+        expected[src.dim] = shard_sizes(gshape[src.dim], call.size)[call.rank]
+    if list(x.shape) != expected:
+        raise InvalidArgument(
+            f"x has shape {list(x.shape)}, but {src!r} of global_shape {list(gshape)} over "
+            f"{call.size} ranks gives rank {call.rank} the shape {expected}"
+        )
+
+
+def _global_from_shapes(call: _Call, shapes: Sequence[Sequence[int]], dim: int) -> tuple[int, ...]:
+    lengths = [sh[dim] for sh in shapes]
+    total = sum(lengths)
+    want = shard_sizes(total, call.size)
+    if lengths != want:
+        raise MismatchError(
+            f"redistribute: Shard({dim}) means the balanced split {want} of length {total}, but the "
+            f"ranks hold {lengths} along dim {dim}; use all_to_all with split_sizes for other splits"
+        )
+    return tuple(_with_dim(shapes[0], dim, total))
