@@ -481,13 +481,15 @@ def redistribute(
                 raise InvalidArgument("Shard -> Partial('avg') cannot be exact; use Partial('sum')")
     if call.error is not None and not call.check:
         raise call.error
-    if s_pl == d_pl:
-        call.agree(need_shapes=False)
-        return call.result(x)
     src_shard = s_pl.dim if isinstance(s_pl, Shard) else None
+    free = () if src_shard is None else (src_shard,)
+    if s_pl == d_pl:
+        call.agree(free_dims=free, need_shapes=False)
+        call.numpy_in = False
+        return call.result(x)  # the caller's own object: nothing moved, nothing copied
     needs_lengths = src_shard is not None and gshape is None and not isinstance(d_pl, Partial)
     needs_lengths = needs_lengths or (src_shard is not None and isinstance(d_pl, Partial) and gshape is None)
-    shapes = call.agree(free_dims=() if src_shard is None else (src_shard,), need_shapes=needs_lengths)
+    shapes = call.agree(free_dims=free, need_shapes=needs_lengths)
     xt = call.x
     n, rank = call.size, call.rank
     if src_shard is not None:
