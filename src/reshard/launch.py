@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import multiprocessing.connection
 import os
+import pickle
 import shutil
 import tempfile
 import time
@@ -68,6 +69,13 @@ def spawn(
     if not callable(fn):
         raise InvalidArgument(f"fn must be callable, got {fn!r}")
     timeout = float(timeout)
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:
+        raise InvalidArgument(
+            f"fn must be importable by name in the rank processes (a module-level function), "
+            f"but {fn!r} cannot be pickled: {exc}"
+        ) from None
     if engine == "mpi":
         from .engines.mpi_launch import spawn_mpi
 

@@ -1,0 +1,143 @@
+"""The ``reshard`` command: demo, plan (and more as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .errors import ReshardError
+from .layout import Shard, parse_placement
+from .messages import LANGS, say
+
+DEMO_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "complex64")
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(part) for part in text.lower().replace("*", "x").split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cannot read shape {text!r}: write it like 6x6 or 7x5") from None
+    if not dims or any(d < 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"shape {text!r} needs non-negative sizes")
+    return dims
+
+
+def _placement(text: str):
+    try:
+        return parse_placement(text)
+    except ReshardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reshard", description="AllToAll as a layout exchange, on real ranks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the card's row -> column exchange on local ranks and check it")
+    demo.add_argument("--ranks", type=_positive, default=3, help="number of local ranks (default 3)")
+    demo.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
+    demo.add_argument("--src", type=_placement, default=Shard(0), help="row, col, replicate, partial or Shard(d) (default row)")
+    demo.add_argument("--dst", type=_placement, default=Shard(1), help="same choices (default col)")
+    demo.add_argument("--dtype", choices=DEMO_DTYPES, default="float32")
+    demo.add_argument("--engine", choices=("gloo",), default="gloo")
+    demo.add_argument("--lang", choices=LANGS, default="en")
+    demo.add_argument("--timeout", type=float, default=60.0, help="seconds before the job is stopped")
+    demo.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
+
+    plan = sub.add_parser("plan", help="plan an exchange without starting ranks")
+    plan.add_argument("--shape", type=parse_shape, required=True)
+    plan.add_argument("--ranks", type=_positive, required=True)
+    plan.add_argument("--src", type=_placement, default=Shard(0))
+    plan.add_argument("--dst", type=_placement, default=Shard(1))
+    plan.add_argument("--dtype", default="float32")
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.add_argument("--lang", choices=LANGS, default="en")
+    return parser
+
+
+def _console(no_color: bool = False):
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True, no_color=no_color or None)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    console = _console(args.no_color)
+    if len(args.shape) != 2:
+        console.print(say("cli.error", args.lang, error=f"demo draws a matrix: --shape needs two sizes, got {len(args.shape)}"))
+        return 2
+    for p in (args.src, args.dst):
+        if isinstance(p, Shard) and p.dim not in (0, 1, -1, -2):
+            console.print(say("cli.error", args.lang, error=f"{p!r} does not exist for a matrix (use Shard(0) or Shard(1))"))
+            return 2
+    src = Shard(args.src.dim % 2) if isinstance(args.src, Shard) else args.src
+    dst = Shard(args.dst.dim % 2) if isinstance(args.dst, Shard) else args.dst
+    return run_demo(args.ranks, args.shape, src, dst, args.dtype, args.engine, args.lang, console, args.timeout)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .plan import make_plan, plan_report
+
+    plan = make_plan(args.shape, args.src, args.dst, args.ranks, args.dtype)
+    if args.json:
+        print(json.dumps(plan_report(plan), indent=2))
+    else:
+        render_plan(_console(), plan, args.lang)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"demo": cmd_demo, "plan": cmd_plan}[args.command](args)
+    except ReshardError as exc:
+        print(say("cli.error", getattr(args, "lang", "en"), error=exc), file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `reshard plan --json | head` is fine
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def render_plan(console, plan, lang: str = "en", limit: int = 12) -> None:
+    """The plan as text: collective, split table (first rows when large), bytes and memory."""
+    from .demo import _human_bytes
+    from .plan import describe_region, summarize_matrix
+
+    console.print(f"{plan.collective}: {plan.src!r} -> {plan.dst!r}, {list(plan.global_shape)} {plan.dtype} over {plan.size} ranks")
+    moves = [t for t in plan.transfers if t.src != t.dst]
+    console.print(f"split table ({len(moves)} transfers between ranks):")
+    for t in moves[:limit]:
+        console.print(f"  rank {t.src}: {describe_region(t.region)} -> rank {t.dst}  ({_human_bytes(t.nbytes)})")
+    if len(moves) > limit:
+        console.print(f"  ... {len(moves) - limit} more")
+    summary = summarize_matrix(plan.traffic_matrix)
+    console.print(
+        f"traffic: {summary['nonzero_pairs']} rank pairs exchange {_human_bytes(summary['min_pair_bytes'])}"
+        f" to {_human_bytes(summary['max_pair_bytes'])} each"
+    )
+    sent = plan.bytes_sent_per_rank
+    console.print(f"bytes sent per rank: max {_human_bytes(max(sent))}, total on the wire {_human_bytes(plan.total_bytes)}")
+    mem = plan.memory_per_rank()
+    worst = max(mem, key=lambda m: m["peak"])
+    console.print(
+        f"memory per rank: before {_human_bytes(worst['before'])}, peak {_human_bytes(worst['peak'])}, after {_human_bytes(worst['after'])}"
+        f" (pack copies {plan.pack_copies}, unpack copies {plan.unpack_copies})"
+    )

@@ -1,0 +1,247 @@
+"""Planning without ranks: for (global shape, src, dst, world size) say which collective runs,
+who sends which slice to whom, the traffic matrix, bytes per rank and memory per rank.
+
+Pure: imports no engine and no array library, so ``reshard plan`` answers instantly for any
+size. The regions are global ``[start, stop)`` per dim; the op layer follows the same rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .errors import InvalidArgument
+from .layout import Partial, Placement, Replicate, Shard, check_int, local_region, normalize_dim, parse_placement, shard_sizes
+
+ITEMSIZE = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int16": 2,
+    "int32": 4, "int64": 8, "bool": 1, "complex64": 8, "complex128": 16,
+}
+
+Region = tuple[tuple[int, int], ...]
+
+
+def region_numel(region: Region) -> int:
+    n = 1
+    for start, stop in region:
+        n *= max(0, stop - start)
+    return n
+
+
+def intersect(a: Region, b: Region) -> Region:
+    return tuple((max(a0, b0), max(max(a0, b0), min(a1, b1))) for (a0, a1), (b0, b1) in zip(a, b))
+
+
+def leading_trivial(shape: Sequence[int], dim: int) -> bool:
+    """True when every dim before ``dim`` has size 1: slices along ``dim`` are contiguous runs."""
+    n = 1
+    for s in shape[:dim]:
+        n *= s
+    return n == 1
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """``src`` sends the global ``region`` to ``dst`` (``src == dst``: kept locally, no traffic)."""
+
+    src: int
+    dst: int
+    region: Region
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Step:
+    collective: str
+    transfers: tuple[Transfer, ...]
+    sums_values: bool = False
+
+
+@dataclass
+class Plan:
+    global_shape: tuple[int, ...]
+    src: Placement
+    dst: Placement
+    size: int
+    dtype: str
+    collective: str
+    steps: list[Step] = field(default_factory=list)
+    pack_copies: int = 0
+    unpack_copies: int = 0
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+    @property
+    def transfers(self) -> list[Transfer]:
+        return [t for step in self.steps for t in step.transfers]
+
+    @property
+    def traffic_matrix(self) -> list[list[int]]:
+        """``[i][j]``: bytes rank i sends to rank j; the diagonal is what a rank keeps (no traffic)."""
+        m = [[0] * self.size for _ in range(self.size)]
+        for t in self.transfers:
+            m[t.src][t.dst] += t.nbytes
+        return m
+
+    @property
+    def bytes_sent_per_rank(self) -> list[int]:
+        return [sum(t.nbytes for t in self.transfers if t.src == r and t.dst != r) for r in range(self.size)]
+
+    @property
+    def bytes_received_per_rank(self) -> list[int]:
+        return [sum(t.nbytes for t in self.transfers if t.dst == r and t.src != r) for r in range(self.size)]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes_sent_per_rank)
+
+    def local_bytes(self, placement: Placement, rank: int) -> int:
+        return region_numel(local_region(self.global_shape, placement, rank, self.size)) * self.itemsize
+
+    def memory_per_rank(self) -> list[dict[str, int]]:
+        """Bytes held before, at the peak during, and after, per rank (input + output + buffers)."""
+        out = []
+        for r in range(self.size):
+            before = self.local_bytes(self.src, r)
+            after = self.local_bytes(self.dst, r)
+            received = sum(t.nbytes for t in self.transfers if t.dst == r)
+            extra = before * self.pack_copies + (received if self.unpack_copies else 0)
+            if self.collective in ("reduce_scatter", "all_reduce"):
+                extra = before * self.pack_copies + received
+            peak = before + (after if self.collective != "none" else 0) + extra
+            out.append({"before": before, "peak": peak, "after": after})
+        return out
+
+
+def _check_shape(global_shape: Sequence[int]) -> tuple[int, ...]:
+    shape = tuple(check_int(f"global_shape[{i}]", s) for i, s in enumerate(global_shape))
+    if any(s < 0 for s in shape):
+        raise InvalidArgument(f"global_shape {list(shape)} has a negative entry")
+    return shape
+
+
+def _normalize(p: Placement, ndim: int, name: str) -> Placement:
+    if isinstance(p, Shard):
+        return Shard(normalize_dim(p.dim, ndim, f"{name} Shard dim"))
+    return p
+
+
+def make_plan(
+    global_shape: Sequence[int], src: Placement | str, dst: Placement | str, size: int, dtype: str = "float32"
+) -> Plan:
+    """The exchange ``redistribute`` makes for a tensor of ``global_shape`` over ``size`` ranks."""
+    shape = _check_shape(global_shape)
+    size = check_int("size", size)
+    if size < 1:
+        raise InvalidArgument(f"size must be >= 1, got {size}")
+    if dtype not in ITEMSIZE:
+        raise InvalidArgument(f"unknown dtype {dtype!r}; known: {', '.join(ITEMSIZE)}")
+    src_p = _normalize(parse_placement(src), len(shape), "src")
+    dst_p = _normalize(parse_placement(dst), len(shape), "dst")
+    item = ITEMSIZE[dtype]
+    plan = Plan(shape, src_p, dst_p, size, dtype, "none")
+    ranks = range(size)
+
+    def region(p: Placement, r: int) -> Region:
+        return local_region(shape, p, r, size)
+
+    def transfer(s: int, d: int, reg: Region) -> Transfer:
+        return Transfer(s, d, reg, region_numel(reg) * item)
+
+    if src_p == dst_p:
+        return plan
+    if isinstance(src_p, Shard) and isinstance(dst_p, Shard):
+        plan.collective = "all_to_all"
+        moves = [transfer(s, d, intersect(region(src_p, s), region(dst_p, d))) for s in ranks for d in ranks]
+        plan.steps.append(Step("all_to_all", tuple(t for t in moves if t.nbytes or t.src == t.dst)))
+        in_shape = [b - a for a, b in region(src_p, 0)]
+        out_shape = [b - a for a, b in region(dst_p, 0)]
+        plan.pack_copies = 0 if leading_trivial(in_shape, dst_p.dim) else 1
+        plan.unpack_copies = 0 if leading_trivial(out_shape, src_p.dim) else 1
+    elif isinstance(src_p, Shard) and isinstance(dst_p, Replicate):
+        plan.collective = "all_gather"
+        plan.steps.append(Step("all_gather", tuple(transfer(s, d, region(src_p, s)) for s in ranks for d in ranks)))
+        plan.unpack_copies = 0 if leading_trivial(shape, src_p.dim) else 1
+    elif isinstance(src_p, Partial) and isinstance(dst_p, Shard):
+        plan.collective = "reduce_scatter"
+        plan.steps.append(
+            Step("reduce_scatter", tuple(transfer(s, d, region(dst_p, d)) for s in ranks for d in ranks), True)
+        )
+        plan.pack_copies = 0 if leading_trivial(shape, dst_p.dim) else 1
+    elif isinstance(src_p, Partial):
+        plan.collective = "all_reduce"
+        flat = (0, region_numel(tuple((0, s) for s in shape)))
+        pieces = [(a, a + n) for a, n in zip(_starts(shard_sizes(flat[1], size)), shard_sizes(flat[1], size))]
+        plan.steps.append(Step("reduce_scatter", tuple(transfer(s, d, (pieces[d],)) for s in ranks for d in ranks), True))
+        plan.steps.append(Step("all_gather", tuple(transfer(s, d, (pieces[s],)) for s in ranks for d in ranks)))
+    else:  # Replicate -> Shard / Partial, Shard -> Partial: each rank keeps what it needs
+        plan.collective = "local"
+        keep = [transfer(r, r, intersect(region(src_p, r), region(dst_p, r))) for r in ranks]
+        plan.steps.append(Step("local", tuple(keep)))
+    return plan
+
+
+def _starts(sizes: Sequence[int]) -> list[int]:
+    out, acc = [], 0
+    for s in sizes:
+        out.append(acc)
+        acc += s
+    return out
+
+
+def describe_region(region: Region) -> str:
+    """The card's words: 'rows 0-5, cols 0-1' (inclusive) for 2-D, 'dim 2 3-4' beyond."""
+    names = [("rows", "row"), ("cols", "col")] if len(region) == 2 else [(f"dim {d}", f"dim {d}") for d in range(len(region))]
+    if len(region) == 1:
+        names = [("elements", "element")]
+    parts = []
+    for (plural, single), (a, b) in zip(names, region):
+        if b - a == 1:
+            parts.append(f"{single} {a}")
+        else:
+            parts.append(f"{plural} {a}-{b - 1}" if b > a else f"{plural} none")
+    return ", ".join(parts)
+
+
+def summarize_matrix(matrix: list[list[int]], limit: int = 8) -> dict:
+    """A traffic matrix as it is when small, else its shape of non-zeros and min/max per entry."""
+    n = len(matrix)
+    off = [matrix[i][j] for i in range(n) for j in range(n) if i != j]
+    nonzero = [v for v in off if v]
+    summary = {
+        "ranks": n,
+        "nonzero_pairs": len(nonzero),
+        "min_pair_bytes": min(nonzero) if nonzero else 0,
+        "max_pair_bytes": max(nonzero) if nonzero else 0,
+    }
+    if n <= limit:
+        summary["matrix"] = matrix
+    return summary
+
+
+def plan_report(plan: Plan) -> dict:
+    """Everything ``reshard plan --json`` prints."""
+    split_table = [
+        {"src_rank": t.src, "dst_rank": t.dst, "region": [list(r) for r in t.region], "bytes": t.nbytes, "step": step.collective}
+        for step in plan.steps for t in step.transfers
+    ]
+    return {
+        "global_shape": list(plan.global_shape),
+        "dtype": plan.dtype,
+        "ranks": plan.size,
+        "src": repr(plan.src),
+        "dst": repr(plan.dst),
+        "collective": plan.collective,
+        "sums_values": any(s.sums_values for s in plan.steps),
+        "pack_copies": plan.pack_copies,
+        "unpack_copies": plan.unpack_copies,
+        "bytes_sent_per_rank": plan.bytes_sent_per_rank,
+        "bytes_received_per_rank": plan.bytes_received_per_rank,
+        "total_bytes": plan.total_bytes,
+        "memory_per_rank": plan.memory_per_rank(),
+        "traffic_matrix": summarize_matrix(plan.traffic_matrix, limit=16),
+        "split_table": split_table if len(split_table) <= 4096 else split_table[:4096],
+        "split_table_truncated": len(split_table) > 4096,
+    }

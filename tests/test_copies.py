@@ -1,0 +1,32 @@
+"""The copy budget: Shard(0)->Shard(1) packs once and receives straight into the result;
+Shard(1)->Shard(0) sends without packing and unpacks once."""
+
+from __future__ import annotations
+
+import pytest
+from rank_fns import copies
+
+import reshard as rs
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_rows_to_cols_receives_into_the_result(n):
+    for stats, out_ptr, correct in rs.spawn(copies, n, args=((7, 5), "Shard(0)", "Shard(1)")):
+        assert correct
+        assert (stats.pack_copies, stats.unpack_copies) == (1, 0)
+        assert out_ptr == stats.recv_buffer_ptr  # the result IS the receive buffer
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_cols_to_rows_sends_without_packing(n):
+    for stats, out_ptr, correct in rs.spawn(copies, n, args=((7, 5), "Shard(1)", "Shard(0)")):
+        assert correct
+        assert (stats.pack_copies, stats.unpack_copies) == (0, 1)
+        assert out_ptr != stats.recv_buffer_ptr
+
+
+def test_bytes_sent_exclude_own_piece():
+    results = rs.spawn(copies, 3, args=((6, 6), "Shard(0)", "Shard(1)"))
+    for stats, _, _ in results:
+        assert stats.bytes_sent == 2 * (2 * 2 * 4)  # two 2x2 float32 blocks leave each rank
+        assert stats.bytes_received == 2 * (2 * 2 * 4)

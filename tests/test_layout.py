@@ -1,0 +1,103 @@
+"""The pure layout layer: balanced sizes, placements, local shards (property tests)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oracle import balanced, placement_slice
+
+import reshard as rs
+from reshard.layout import local_region, local_shape, normalize_dim
+
+shapes = st.lists(st.integers(0, 9), min_size=1, max_size=4).map(tuple)
+
+
+@given(st.integers(0, 10_000), st.integers(1, 64))
+def test_shard_sizes_balanced(length, parts):
+    sizes = rs.shard_sizes(length, parts)
+    assert len(sizes) == parts and sum(sizes) == length
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)  # the first length % parts get one more
+    assert sizes == balanced(length, parts)
+
+
+def test_shard_sizes_examples():
+    assert rs.shard_sizes(7, 3) == [3, 2, 2]
+    assert rs.shard_sizes(0, 2) == [0, 0]
+    assert rs.shard_sizes(2, 4) == [1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("bad", [(-1, 2), (3, 0), (True, 2), (3.0, 2), ("3", 2)])
+def test_shard_sizes_rejects(bad):
+    with pytest.raises(rs.InvalidArgument):
+        rs.shard_sizes(*bad)
+
+
+@settings(max_examples=200)
+@given(shapes, st.integers(1, 6), st.data())
+def test_local_shard_tiles_the_full_array(shape, n, data):
+    full = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    pieces = [rs.local_shard(full, rs.Shard(dim), r, n) for r in range(n)]
+    assert np.array_equal(np.concatenate(pieces, axis=dim), full)
+    for r, piece in enumerate(pieces):
+        assert np.array_equal(piece, placement_slice(full, ("shard", dim), r, n))
+        assert piece.shape == local_shape(shape, rs.Shard(dim), r, n)
+        region = local_region(shape, rs.Shard(dim), r, n)
+        assert np.array_equal(piece, full[tuple(slice(a, b) for a, b in region)])
+
+
+@given(shapes, st.integers(1, 6))
+def test_replicate_and_partial_local_shards(shape, n):
+    full = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape) + 1
+    for r in range(n):
+        assert rs.local_shard(full, rs.Replicate(), r, n) is full
+    parts = [rs.local_shard(full, rs.Partial(), r, n) for r in range(n)]
+    assert np.array_equal(sum(parts), full)
+    assert all(np.array_equal(rs.local_shard(full, rs.Partial("max"), r, n), full) for r in range(n))
+
+
+def test_local_shard_works_on_torch():
+    torch = pytest.importorskip("torch")
+    full = torch.arange(35).reshape(7, 5)
+    assert torch.equal(rs.local_shard(full, rs.Shard(1), 1, 3), full[:, 2:4])
+    assert torch.equal(rs.local_shard(full, rs.Partial(), 2, 3), torch.zeros_like(full))
+
+
+def test_reprs_and_parsing():
+    assert repr(rs.Shard(-1)) == "Shard(-1)"
+    assert repr(rs.Replicate()) == "Replicate()"
+    assert repr(rs.Partial()) == "Partial()" and repr(rs.Partial("max")) == "Partial('max')"
+    for text, want in [("row", rs.Shard(0)), ("col", rs.Shard(1)), ("Shard(2)", rs.Shard(2)), ("shard(-1)", rs.Shard(-1)),
+                       ("replicate", rs.Replicate()), ("Replicate()", rs.Replicate()), ("Partial(max)", rs.Partial("max")),
+                       ("partial", rs.Partial())]:
+        assert rs.parse_placement(text) == want
+    for bad in ["diagonal", "Shard(x)", 3, None]:
+        with pytest.raises(rs.InvalidArgument):
+            rs.parse_placement(bad)
+    with pytest.raises(rs.InvalidArgument):
+        rs.Partial("median")
+    with pytest.raises(rs.InvalidArgument):
+        rs.Shard(True)
+
+
+@pytest.mark.parametrize("dim,ndim", [(2, 2), (-3, 2), (0, 0), (True, 2), (1.0, 2)])
+def test_normalize_dim_rejects(dim, ndim):
+    with pytest.raises(rs.InvalidArgument):
+        normalize_dim(dim, ndim)
+
+
+def test_import_pulls_no_engine():
+    """The pure rooms import neither torch nor numpy; `import reshard` does not import torch."""
+    code = (
+        "import sys, reshard, reshard.layout, reshard.plan\n"
+        "reshard.plan.make_plan((8, 8), 'row', 'col', 4)\n"
+        "bad = [m for m in ('torch', 'numpy', 'mpi4py') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

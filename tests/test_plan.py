@@ -1,0 +1,72 @@
+"""The planner, checked by executing its transfers on numpy arrays and comparing with slices."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oracle import placement_slice
+
+import reshard as rs
+from reshard.plan import make_plan
+
+PLACEMENTS = ["shard", "replicate", "partial"]
+
+
+def _placement(kind: str, dim: int):
+    return {"shard": rs.Shard(dim), "replicate": rs.Replicate(), "partial": rs.Partial()}[kind]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=4).map(tuple), st.integers(1, 6), st.data())
+def test_transfers_rebuild_every_destination(shape, n, data):
+    src_kind, dst_kind = data.draw(st.sampled_from(list(itertools.product(PLACEMENTS, repeat=2))))
+    src = _placement(src_kind, data.draw(st.integers(0, len(shape) - 1)))
+    dst = _placement(dst_kind, data.draw(st.integers(0, len(shape) - 1)))
+    plan = make_plan(shape, src, dst, n, "int32")
+    full = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    # sent and received bytes agree with the traffic matrix
+    m = plan.traffic_matrix
+    assert plan.bytes_sent_per_rank == [sum(m[i][j] for j in range(n) if j != i) for i in range(n)]
+    assert plan.bytes_received_per_rank == [sum(m[i][j] for i in range(n) if i != j) for j in range(n)]
+    if plan.collective not in ("all_to_all", "all_gather"):
+        return
+    # movement collectives: writing every transfer's region into each destination rebuilds it
+    for r in range(n):
+        want = placement_slice(full, ("shard", dst.dim) if isinstance(dst, rs.Shard) else ("replicate",), r, n)
+        got = np.full(want.shape, -1)
+        origin = [a for a, _ in rs.layout.local_region(shape, dst, r, n)]
+        covered = np.zeros(want.shape, dtype=int)
+        for t in plan.transfers:
+            if t.dst != r:
+                continue
+            src_region = rs.layout.local_region(shape, src, t.src, n)
+            assert all(a0 <= a and b <= b0 for (a, b), (a0, b0) in zip(t.region, src_region)), "sent what it does not hold"
+            index = tuple(slice(a - o, b - o) for (a, b), o in zip(t.region, origin))
+            got[index] = full[tuple(slice(a, b) for a, b in t.region)]
+            covered[index] += 1
+        assert np.array_equal(got, want)
+        if plan.collective == "all_to_all":
+            assert covered.size == 0 or covered.max() == 1, "an element arrived twice"
+
+
+def test_card_plan():
+    plan = make_plan((6, 6), "row", "col", 3, "float32")
+    assert plan.collective == "all_to_all"
+    assert plan.traffic_matrix == [[16] * 3] * 3  # a 2x2 float32 block per pair
+    assert plan.bytes_sent_per_rank == [32, 32, 32]  # own block excluded
+    assert (plan.pack_copies, plan.unpack_copies) == (1, 0)
+    assert (make_plan((6, 6), "col", "row", 3).pack_copies, make_plan((6, 6), "col", "row", 3).unpack_copies) == (0, 1)
+
+
+def test_collective_choice():
+    shape = (8, 4)
+    cases = {
+        ("row", "col"): "all_to_all", ("row", "replicate"): "all_gather", ("partial", "row"): "reduce_scatter",
+        ("partial", "replicate"): "all_reduce", ("replicate", "row"): "local", ("replicate", "partial"): "local",
+        ("row", "partial"): "local", ("row", "row"): "none",
+    }
+    for (src, dst), want in cases.items():
+        assert make_plan(shape, src, dst, 4).collective == want, (src, dst)
