@@ -11,6 +11,8 @@ import traceback
 from typing import Any
 
 import numpy as np
+
+import reshard as rs
 from oracle import (
     all_to_all_expected,
     balanced,
@@ -21,8 +23,6 @@ from oracle import (
     starts,
     take,
 )
-
-import reshard as rs
 
 
 def layout_view(a: np.ndarray, layout: str) -> np.ndarray:

@@ -85,7 +85,7 @@ def all_to_all_expected(
         sizes = split_sizes or balanced(full.shape[s], n)
         return take(full, s, starts(sizes)[rank], starts(sizes)[rank] + sizes[rank])
     pieces = []
-    for i, (start, length) in enumerate(zip(starts(concat_lengths), concat_lengths)):
+    for start, length in zip(starts(concat_lengths), concat_lengths):
         sizes = split_sizes or balanced(length, n)
         lo = start + starts(sizes)[rank]
         pieces.append(take(full, c, lo, lo + sizes[rank]))

@@ -6,10 +6,10 @@ import os
 import time
 
 import numpy as np
-from conformance import run_cases  # noqa: F401  (re-exported for tests)
-from oracle import pattern, placement_slice
 
 import reshard as rs
+from conformance import run_cases  # noqa: F401  (re-exported for tests)
+from oracle import pattern, placement_slice
 
 
 def identity(comm, value=None):

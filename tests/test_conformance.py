@@ -10,11 +10,11 @@ import functools
 
 import numpy as np
 import pytest
+
+import reshard as rs
 from cases import all_cases, case_id
 from conformance import run_cases
 from oracle import reduce_in_order
-
-import reshard as rs
 
 WORLD_SIZES = (1, 2, 3, 4)
 ENGINE = "gloo"

@@ -4,9 +4,9 @@ Shard(1)->Shard(0) sends without packing and unpacks once."""
 from __future__ import annotations
 
 import pytest
-from rank_fns import copies
 
 import reshard as rs
+from rank_fns import copies
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from rank_fns import call_op
 
 import reshard as rs
+from rank_fns import call_op
 
 A = ("array", (6, 4))
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import balanced, placement_slice
 
 import reshard as rs
+from oracle import balanced, placement_slice
 from reshard.layout import local_region, local_shape, normalize_dim
 
 shapes = st.lists(st.integers(0, 9), min_size=1, max_size=4).map(tuple)

@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import placement_slice
 
 import reshard as rs
+from oracle import placement_slice
 from reshard.plan import make_plan
 
 PLACEMENTS = ["shard", "replicate", "partial"]

@@ -9,8 +9,8 @@ import time
 
 import psutil
 import pytest
-import rank_fns
 
+import rank_fns
 import reshard as rs
 
 

@@ -9,8 +9,9 @@ carry the shapes the exchange needs, so a checked op costs no extra metadata rou
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -7,7 +7,8 @@ import os
 import signal
 import sys
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch  # noqa: F401  (preloaded in the fork server so every rank starts without importing it)
 import torch.distributed  # noqa: F401
@@ -38,6 +39,7 @@ def run(
     from .engines.torch_engine import init_torch
 
     comm = None
+    ok = False
     try:
         import torch.distributed as dist
 
@@ -46,6 +48,7 @@ def run(
         comm = comm_mod.Comm(impl, check=check, timeout=timeout)
         comm_mod.set_current(comm)
         payload: tuple = ("ok", fn(comm, *args))
+        ok = True
     except BaseException as exc:  # everything goes back to the parent, with its traceback
         payload = ("error", type(exc).__name__, traceback.format_exc())
     try:
@@ -54,5 +57,6 @@ def run(
         conn.send(("error", type(exc).__name__, f"rank {rank}: could not send its return value back: {exc}"))
     finally:
         conn.close()
-    if comm is not None:
+    if comm is not None and ok:
         comm.close()
+    # A failed rank leaves without a goodbye: its peers see the connection drop and fail fast.

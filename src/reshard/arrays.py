@@ -8,7 +8,8 @@ imported when a torch tensor is actually seen.
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,10 @@ class TorchKit:
 
     def bytes_of(self, flat: Any) -> Any:
         """1-D uint8 view of a contiguous tensor (no copy)."""
-        return flat.reshape(-1).view(self.torch.uint8)
+        if flat.numel() == 0:  # an empty tensor may carry stride 0, which view() refuses
+            return self.torch.empty(0, dtype=self.torch.uint8, device=flat.device)
+        # A contiguous tensor may still carry odd strides on size-1 dims; its memory is one run.
+        return flat.as_strided((flat.numel(),), (1,)).view(self.torch.uint8)
 
     def copy(self, dst: Any, src: Any) -> None:
         dst.copy_(src)

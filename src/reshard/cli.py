@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .errors import ReshardError
 from .layout import Shard, parse_placement
@@ -112,9 +112,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def render_plan(console, plan, lang: str = "en", limit: int = 12) -> None:
     """The plan as text: collective, split table (first rows when large), bytes and memory."""
@@ -141,3 +138,7 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12) -> None:
         f"memory per rank: before {_human_bytes(worst['before'])}, peak {_human_bytes(worst['peak'])}, after {_human_bytes(worst['after'])}"
         f" (pack copies {plan.pack_copies}, unpack copies {plan.unpack_copies})"
     )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

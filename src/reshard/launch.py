@@ -15,7 +15,8 @@ import pickle
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import InvalidArgument, RankFailed
 from .layout import check_int

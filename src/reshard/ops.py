@@ -20,11 +20,12 @@ Copy budget (element copies outside the engine, per op):
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from . import _check
-from .arrays import check_array, dtype_name, is_numpy, is_torch, kit_for, numel, to_torch
+from .arrays import check_array, dtype_name, is_numpy, is_torch, numel, to_torch
 from .comm import Comm, current
 from .errors import InvalidArgument, MismatchError, ReshardError, UnsupportedDType
 from .layout import (
@@ -187,7 +188,7 @@ def _pack(call: _Call, x: Array, dim: int, sizes: Sequence[int]) -> tuple[Array,
     if kit.is_contiguous(x) and numel(x.shape[:dim]) == 1:
         return x.reshape(-1), shapes  # the pieces already are consecutive runs of x
     send = kit.empty([numel(x.shape)], like=x)
-    for view, start, size, shape in zip(_segments(kit, send, shapes), offsets(sizes), sizes, shapes):
+    for view, start, size in zip(_segments(kit, send, shapes), offsets(sizes), sizes):
         if size:
             kit.copy(view, _narrow(x, dim, start, size))
     call.stats.pack_copies += 1

@@ -7,11 +7,21 @@ size. The regions are global ``[start, stop)`` per dim; the op layer follows the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from .errors import InvalidArgument
-from .layout import Partial, Placement, Replicate, Shard, check_int, local_region, normalize_dim, parse_placement, shard_sizes
+from .layout import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    check_int,
+    local_region,
+    normalize_dim,
+    parse_placement,
+    shard_sizes,
+)
 
 ITEMSIZE = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int16": 2,

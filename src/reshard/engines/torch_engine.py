@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -78,7 +79,14 @@ class TorchEngine:
             dist.barrier(group=self.group)
 
     def close(self) -> None:
+        """Collective: wait for every rank, then tear the group down.
+
+        Tearing down while a peer still talks to this rank aborts gloo ("terminate called
+        without an active exception"), so the barrier comes first.
+        """
         if self.owns_group and dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.barrier(group=self.group)
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
 

@@ -1,0 +1,79 @@
+"""`reshard demo` and `reshard plan` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from reshard.demo import global_matrix, verify
+from reshard.layout import Shard, local_shard
+
+
+def reshard_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "reshard.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_demo_shows_the_card():
+    run = reshard_cli("demo")
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "\x1b[" not in out  # piped: plain text
+    for line in ["rows 0-1, cols 0-5", "rows 0-5, cols 0-1", "rows 0-5, cols 4-5"]:
+        assert line in out
+    assert "A00 A01 A02" in out and "A00 A10 A20" in out and "A02 A12 A22" in out
+    assert "rows 0-1, cols 2-3 -> rank 1" in out
+    assert "no values were summed" in out
+    assert "OK: all 3 ranks" in out
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("--shape", "7x5", "--ranks", "4"), ["rows 0-1, cols 0-4", "row 6, cols 0-4", "rows 0-6, col 4", "OK: all 4 ranks"]),
+    (("--shape", "5x7", "--ranks", "2", "--src", "col", "--dst", "row", "--dtype", "int8"), ["rows 0-4, cols 0-3", "rows 0-2, cols 0-6", "OK"]),
+    (("--src", "Shard(0)", "--dst", "replicate", "--dtype", "bfloat16"), ["replicated", "OK"]),
+    (("--ranks", "2", "--lang", "ko"), ["행(row) 분할", "값을 더하지 않는다", "확인"]),
+])
+def test_demo_options(args, needles):
+    run = reshard_cli("demo", *args)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for needle in needles:
+        assert needle in run.stdout, (needle, run.stdout)
+
+
+def test_demo_rejects_bad_options():
+    assert reshard_cli("demo", "--shape", "6x6x6").returncode != 0
+    assert reshard_cli("demo", "--ranks", "0").returncode != 0
+    assert reshard_cli("demo", "--src", "Shard(2)").returncode != 0
+
+
+def test_verify_catches_a_wrong_result():
+    shape, n = (6, 6), 3
+    full = global_matrix(shape, "float32")
+    outs = [local_shard(full, Shard(1), r, n).contiguous() for r in range(n)]
+    assert verify(shape, "float32", Shard(1), outs) == {}
+    outs[1] = outs[1].clone()
+    outs[1][0, 0] += 1
+    assert set(verify(shape, "float32", Shard(1), outs)) == {1}
+    outs[2] = torch.zeros(5, 2)
+    assert set(verify(shape, "float32", Shard(1), outs)) == {1, 2}
+
+
+def test_plan_json_is_exact():
+    run = reshard_cli("plan", "--shape", "8192x8192", "--dtype", "bfloat16", "--ranks", "64", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    per_pair = (8192 // 64) * (8192 // 64) * 2
+    assert report["collective"] == "all_to_all"
+    assert report["bytes_sent_per_rank"] == [63 * per_pair] * 64
+    assert report["total_bytes"] == 64 * 63 * per_pair
+
+
+def test_plan_text():
+    run = reshard_cli("plan", "--shape", "6x6", "--ranks", "3")
+    assert run.returncode == 0
+    assert "rows 0-1, cols 2-3 -> rank 1" in run.stdout
