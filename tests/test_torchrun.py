@@ -42,9 +42,11 @@ def test_init_under_torchrun(tmp_path):
 def test_init_alone_is_size_one(tmp_path):
     code = "import numpy as np, reshard as rs; c = rs.init(); x = np.ones((2, 3)); print(c.size, rs.all_to_all(x, 1, 0).shape); c.close()"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    env["TMPDIR"] = str(tmp_path)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["1", "(2,", "3)"]
+    assert list(tmp_path.iterdir()) == []  # its private rendezvous directory is gone
 
 
 def test_bad_launcher_environment(tmp_path):

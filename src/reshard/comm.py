@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 from typing import Any
 
 from .errors import InvalidArgument, ReshardError
@@ -136,8 +138,10 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
 
             # A lone process: a size-1 group on a private file store, no listener anywhere.
             tmp = tempfile.mkdtemp(prefix="reshard-solo-")
+            atexit.register(shutil.rmtree, tmp, True)
             store = dist.FileStore(os.path.join(tmp, "store"), 1)
             impl = init_torch(backend, 0, 1, timeout, store=store)
+            impl.scratch_dir = tmp
         else:
             _, rank, size = found
             impl = init_torch(backend, rank, size, timeout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import shutil
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ class TorchEngine:
         self.timeout = timeout
         self.owns_group = owns_group
         self.kit = kit_for("torch")
+        self.scratch_dir: str | None = None  # a private rendezvous directory to remove on close
 
     def _guard(self, what: str):
         return engine_errors(what, self.rank, self.timeout)
@@ -89,6 +91,8 @@ class TorchEngine:
                 dist.barrier(group=self.group)
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        if self.scratch_dir:
+            shutil.rmtree(self.scratch_dir, ignore_errors=True)
 
 
 def init_torch(
