@@ -60,8 +60,7 @@ def call_op(comm, op_name, per_rank_kwargs):
     """Call rs.<op_name>(**kwargs for this rank); return ('ok', shape) or (error class, message)."""
     kwargs = dict(per_rank_kwargs[comm.rank] if isinstance(per_rank_kwargs, list) else per_rank_kwargs)
     for key, value in list(kwargs.items()):
-        if isinstance(value, tuple) and value and value[0] == "array":
-            kwargs[key] = (np.arange(int(np.prod(value[1]))) % 2).astype(value[2] if len(value) > 2 else "float32").reshape(value[1])
+        kwargs[key] = make_input(value)
     try:
         out = getattr(rs, op_name)(**kwargs)
     except rs.ReshardError as exc:
@@ -71,3 +70,99 @@ def call_op(comm, op_name, per_rank_kwargs):
 
 def unpicklable_result(comm):
     return lambda: None
+
+
+def make_input(value):
+    """Decode a picklable description of an input: ("array", shape[, dtype]) for numpy,
+    ("tensor", shape, dtype[, variant]) for torch (variant: "sparse", "meta", "grad")."""
+    if not (isinstance(value, tuple) and value and value[0] in ("array", "tensor")):
+        return value
+    shape, dtype = value[1], value[2] if len(value) > 2 else "float32"
+    if value[0] == "array":
+        if dtype == "object":
+            return np.empty(shape, dtype=object)
+        return (np.arange(int(np.prod(shape))) % 2).astype(dtype).reshape(shape)
+    import torch
+
+    variant = value[3] if len(value) > 3 else None
+    t = (torch.arange(int(np.prod(shape))) % 3).to(getattr(torch, dtype)).reshape(shape)
+    if variant == "sparse":
+        return t.to_sparse()
+    if variant == "meta":
+        return t.to("meta")
+    if variant == "grad":
+        return t.requires_grad_()
+    return t
+
+
+def die_mid_exchange(comm, victim, how, outdir):
+    """``victim`` dies (or raises) before its part of an exchange; survivors record what they saw."""
+    import signal
+    import time as _time
+
+    x = np.zeros((comm.size * 1000, 64), dtype=np.float32)
+    rs.all_to_all(x, 0, 1)  # everyone is connected and healthy first
+    if comm.rank == victim:
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif how == "exit":
+            os._exit(7)
+        raise RuntimeError("user code failed")
+    start = _time.monotonic()
+    try:
+        rs.all_to_all(x, 0, 1)
+        outcome = "no error"
+    except rs.ReshardError as exc:
+        outcome = type(exc).__name__
+    with open(os.path.join(outdir, f"rank{comm.rank}"), "w") as f:
+        f.write(f"{outcome} {_time.monotonic() - start:.1f}")
+    return outcome
+
+
+def soak(comm, count, seed=0):
+    """``count`` random collectives, each checked against numpy; returns (wrong, fd growth, RSS growth MiB)."""
+    import psutil
+
+    from oracle import balanced, starts, take
+
+    rng = np.random.default_rng(seed)  # same seed everywhere: every rank draws the same ops
+    proc = psutil.Process()
+    wrong, fds0, rss0 = 0, None, None
+    for i in range(count):
+        if i == count // 10:  # after warm-up
+            fds0, rss0 = proc.num_fds(), proc.memory_info().rss
+        ndim = int(rng.integers(1, 4))
+        shape = tuple(int(v) for v in rng.integers(0, 9, size=ndim))
+        full = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+        d = int(rng.integers(0, ndim))
+        e = int(rng.integers(0, ndim))
+        sizes = balanced(shape[d], comm.size)
+        mine = take(full, d, starts(sizes)[comm.rank], starts(sizes)[comm.rank] + sizes[comm.rank])
+        kind = int(rng.integers(0, 3))
+        if kind == 0:
+            out = rs.redistribute(mine, rs.Shard(d), rs.Shard(e))
+            esz = balanced(shape[e], comm.size)
+            want = take(full, e, starts(esz)[comm.rank], starts(esz)[comm.rank] + esz[comm.rank])
+        elif kind == 1:
+            out, want = rs.all_gather(mine, d), full
+        else:
+            out = rs.reduce_scatter(full, d)
+            want = take(full, d, starts(sizes)[comm.rank], starts(sizes)[comm.rank] + sizes[comm.rank]) * comm.size
+        wrong += int(not (out.shape == want.shape and np.array_equal(out, want)))
+    return wrong, proc.num_fds() - fds0, (proc.memory_info().rss - rss0) / 2**20
+
+
+def rank_processes(root=None):
+    """Live rank processes under ``root`` (default: this process): the fork server's children."""
+    import psutil
+
+    root = root or psutil.Process()
+    found = []
+    for p in root.children(recursive=True):
+        try:
+            parent = p.parent()
+            if parent is not None and parent.pid != root.pid and "forkserver" in " ".join(parent.cmdline()):
+                found.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return found

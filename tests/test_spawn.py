@@ -7,15 +7,14 @@ import os
 import tempfile
 import time
 
-import psutil
 import pytest
 
 import rank_fns
 import reshard as rs
 
 
-def _rank_children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if not any(w in " ".join(p.cmdline()) for w in ("forkserver", "resource_tracker"))]
+def _rank_children() -> list:
+    return rank_fns.rank_processes()
 
 
 def _spawn_dirs() -> set[str]:

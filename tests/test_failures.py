@@ -1,0 +1,100 @@
+"""Never hang, never lie: dead ranks, ranks that never join, Ctrl-C, and what crosses the wire."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+import rank_fns
+import reshard as rs
+
+SRC = pathlib.Path(rs.__file__).parent
+
+
+@pytest.mark.parametrize("how", ["sigkill", "exit", "exception"])
+def test_survivors_raise_when_a_rank_dies(how, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(rs.RankFailed) as info:
+        rs.spawn(rank_fns.die_mid_exchange, 3, args=(1, how, str(tmp_path)), timeout=30)
+    assert time.monotonic() - start < 30 + 10
+    assert 1 in info.value.failures
+    seen = {p.name: p.read_text().split() for p in tmp_path.iterdir()}
+    assert sorted(seen) == ["rank0", "rank2"], seen
+    # every survivor that got to report saw a ReshardError, not a hang and not data
+    for rank, (outcome, seconds) in seen.items():
+        assert outcome in ("RankFailed", "CommTimeout"), (rank, outcome)
+        assert float(seconds) < 30 + 5
+
+
+def test_rank_that_never_joins_fails_init(tmp_path):
+    code = "import reshard as rs\ntry:\n    rs.init(timeout=3)\nexcept rs.ReshardError as e:\n    print(type(e).__name__, e)\n"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert time.monotonic() - start < 60
+    assert run.stdout.startswith(("CommTimeout", "RankFailed")), run.stdout + run.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ctrl_c_leaves_nothing_behind(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+        import reshard as rs, rank_fns
+        if __name__ == "__main__":
+            print("starting", flush=True)
+            rs.spawn(rank_fns.hang, 3, args=(600,), timeout=600)
+        """
+    ))
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    ranks: list[psutil.Process] = []
+    while time.monotonic() < deadline:  # wait until the three ranks exist
+        ranks = rank_fns.rank_processes(parent)
+        if len(ranks) == 3:
+            break
+        time.sleep(0.1)
+    assert len(ranks) == 3
+    everyone = parent.children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    gone, alive = psutil.wait_procs(everyone, timeout=30)
+    assert alive == [], alive
+    assert not list(tmp_path.glob("reshard-spawn-*"))
+
+
+def test_no_unpickling_of_network_data():
+    """Our code paths never turn bytes from the wire into objects with pickle."""
+    risky = re.compile(r"pickle\.loads?|torch\.load|_object_list|all_gather_object|recv_object|broadcast_object|gather_object")
+    offenders = [f"{p.name}:{i + 1}" for p in SRC.rglob("*.py") for i, line in enumerate(p.read_text().splitlines())
+                 if risky.search(line)]
+    assert offenders == []
+
+
+@pytest.mark.soak
+def test_soak_mixed_collectives():
+    results = rs.spawn(rank_fns.soak, 4, args=(10_000,), timeout=3600)
+    for wrong, fd_growth, rss_growth_mb in results:
+        assert wrong == 0
+        assert fd_growth <= 2
+        assert rss_growth_mb < 64

@@ -1,0 +1,97 @@
+"""Two 'hosts' in network namespaces joined by a veth pair, each with its own address, ranks
+started by torchrun on each as they would be on two machines. Needs root and iproute2."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+JOB = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import reshard as rs
+
+    comm = rs.init(timeout=120)
+    for shape in [(6, 6), (7, 5)]:
+        A = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape)
+        rows = rs.local_shard(A, rs.Shard(0), comm.rank, comm.size)
+        cols = rs.redistribute(rows, rs.Shard(0), rs.Shard(1))
+        assert np.array_equal(cols, rs.local_shard(A, rs.Shard(1), comm.rank, comm.size)), (shape, comm.rank)
+        back = rs.all_to_all(np.ascontiguousarray(cols), split_dim=0, concat_dim=1)
+        assert np.array_equal(back, rows)
+    with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:
+        f.write("ok")
+    comm.close()
+    """
+)
+
+
+def _can_make_namespaces() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "iproute2 (the ip command) is not installed"
+    probe = f"rsprobe{uuid.uuid4().hex[:6]}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"cannot create a network namespace here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def two_hosts():
+    why = _can_make_namespaces()
+    if why:
+        pytest.skip(why)
+    tag = uuid.uuid4().hex[:6]
+    hosts = [(f"rsh0{tag}", f"rv0{tag}", "10.213.7.1"), (f"rsh1{tag}", f"rv1{tag}", "10.213.7.2")]
+    try:
+        for ns, _, _ in hosts:
+            _ip("netns", "add", ns)
+        _ip("link", "add", hosts[0][1], "type", "veth", "peer", "name", hosts[1][1])
+        for ns, dev, addr in hosts:
+            _ip("link", "set", dev, "netns", ns)
+            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield hosts
+    finally:
+        for ns, _, _ in hosts:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_card_exchange_across_two_hosts(two_hosts, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    master = two_hosts[0][2]
+    procs = []
+    for node, (ns, dev, _) in enumerate(two_hosts):
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=dev, OMP_NUM_THREADS="1")
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+               "--node-rank", str(node), "--nproc-per-node", "2", "--master-addr", master, "--master-port", "29533",
+               str(script), str(tmp_path)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=240)
+            outputs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
+    assert sorted(f.name for f in tmp_path.glob("rank*")) == [f"rank{r}" for r in range(4)]
