@@ -55,6 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--lang", choices=LANGS, default="en")
     demo.add_argument("--timeout", type=float, default=60.0, help="seconds before the job is stopped")
     demo.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
+    demo.add_argument("--png", metavar="FILE", help="also draw the before/after picture as a PNG")
+    demo.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page animating the exchange")
+
+    explain = sub.add_parser("explain", help="run Gather, AllGather, ReduceScatter, AllToAll, AllReduce side by side and answer the card's questions")
+    explain.add_argument("--ranks", type=_positive, default=3)
+    explain.add_argument("--shape", type=parse_shape, default=(6, 6))
+    explain.add_argument("--engine", choices=("gloo",), default="gloo")
+    explain.add_argument("--lang", choices=LANGS, default="en")
+    explain.add_argument("--json", action="store_true", help="the measured facts, machine-readable")
+    explain.add_argument("--timeout", type=float, default=60.0)
+    explain.add_argument("--no-color", action="store_true")
+    explain.add_argument("--png", metavar="FILE", help="draw the layout before and after each collective as a PNG")
+    explain.add_argument("--html", metavar="FILE", help="a self-contained HTML page animating AllToAll")
 
     plan = sub.add_parser("plan", help="plan an exchange without starting ranks")
     plan.add_argument("--shape", type=parse_shape, required=True)
@@ -64,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--dtype", default="float32")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.add_argument("--lang", choices=LANGS, default="en")
+    plan.add_argument("--alpha", type=float, default=20e-6, help="seconds per message (latency), default 20e-6")
+    plan.add_argument("--beta", type=float, default=1 / 5e9, help="seconds per byte (1 / bandwidth), default 1/5e9")
     return parser
 
 
@@ -86,24 +101,59 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return 2
     src = Shard(args.src.dim % 2) if isinstance(args.src, Shard) else args.src
     dst = Shard(args.dst.dim % 2) if isinstance(args.dst, Shard) else args.dst
-    return run_demo(args.ranks, args.shape, src, dst, args.dtype, args.engine, args.lang, console, args.timeout)
+    status = run_demo(args.ranks, args.shape, src, dst, args.dtype, args.engine, args.lang, console, args.timeout)
+    _pictures(args, src, dst)
+    return status
+
+
+def _pictures(args: argparse.Namespace, src, dst, extra_panels=()) -> None:
+    from . import viz
+
+    title = f"A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks: {src!r} -> {dst!r}"
+    if args.png:
+        panels = [("before: " + viz.placement_caption(src), src), ("after: " + viz.placement_caption(dst), dst), *extra_panels]
+        viz.draw_png(args.png, args.shape, args.ranks, panels, title)
+    if args.html:
+        viz.write_html(args.html, args.shape, args.ranks, src, dst, title)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .explain import render, run_explain
+
+    if len(args.shape) != 2:
+        print(say("cli.error", args.lang, error="explain works on a matrix: --shape needs two sizes"), file=sys.stderr)
+        return 2
+    facts = run_explain(args.ranks, args.shape, args.engine, args.timeout)
+    from .layout import Replicate
+
+    _pictures(args, Shard(0), Shard(1), [("after AllGather: every rank holds every block", Replicate())])
+    if args.json:
+        collectives = facts.pop("collectives")
+        facts = {**facts, **collectives}
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
+    else:
+        render(_console(args.no_color), facts, args.lang)
+    return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .plan import make_plan, plan_report
+    from .plan import estimate_seconds, make_plan, plan_report
 
     plan = make_plan(args.shape, args.src, args.dst, args.ranks, args.dtype)
     if args.json:
-        print(json.dumps(plan_report(plan), indent=2))
+        report = plan_report(plan)
+        report["time_estimate_s"] = estimate_seconds(plan, args.alpha, args.beta)
+        report["cost_model"] = {"alpha_s": args.alpha, "beta_s_per_byte": args.beta}
+        print(json.dumps(report, indent=2))
     else:
-        render_plan(_console(), plan, args.lang)
+        render_plan(_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"demo": cmd_demo, "plan": cmd_plan}[args.command](args)
+        return {"demo": cmd_demo, "plan": cmd_plan, "explain": cmd_explain}[args.command](args)
     except ReshardError as exc:
         print(say("cli.error", getattr(args, "lang", "en"), error=exc), file=sys.stderr)
         return 2
@@ -113,31 +163,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 
-def render_plan(console, plan, lang: str = "en", limit: int = 12) -> None:
-    """The plan as text: collective, split table (first rows when large), bytes and memory."""
+def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float = 0.0, beta: float = 0.0) -> None:
+    """The plan as text: collective, split table (first rows when large), bytes, memory, time."""
     from .demo import _human_bytes
-    from .plan import describe_region, summarize_matrix
+    from .plan import describe_region, estimate_seconds, summarize_matrix
 
-    console.print(f"{plan.collective}: {plan.src!r} -> {plan.dst!r}, {list(plan.global_shape)} {plan.dtype} over {plan.size} ranks")
+    console.print(say("plan.head", lang, collective=plan.collective, src=repr(plan.src), dst=repr(plan.dst),
+                      shape=list(plan.global_shape), dtype=plan.dtype, ranks=plan.size))
     moves = [t for t in plan.transfers if t.src != t.dst]
-    console.print(f"split table ({len(moves)} transfers between ranks):")
+    console.print(say("plan.split_table", lang, count=len(moves)))
     for t in moves[:limit]:
         console.print(f"  rank {t.src}: {describe_region(t.region)} -> rank {t.dst}  ({_human_bytes(t.nbytes)})")
     if len(moves) > limit:
-        console.print(f"  ... {len(moves) - limit} more")
+        console.print("  " + say("plan.more", lang, count=len(moves) - limit))
     summary = summarize_matrix(plan.traffic_matrix)
-    console.print(
-        f"traffic: {summary['nonzero_pairs']} rank pairs exchange {_human_bytes(summary['min_pair_bytes'])}"
-        f" to {_human_bytes(summary['max_pair_bytes'])} each"
-    )
-    sent = plan.bytes_sent_per_rank
-    console.print(f"bytes sent per rank: max {_human_bytes(max(sent))}, total on the wire {_human_bytes(plan.total_bytes)}")
-    mem = plan.memory_per_rank()
-    worst = max(mem, key=lambda m: m["peak"])
-    console.print(
-        f"memory per rank: before {_human_bytes(worst['before'])}, peak {_human_bytes(worst['peak'])}, after {_human_bytes(worst['after'])}"
-        f" (pack copies {plan.pack_copies}, unpack copies {plan.unpack_copies})"
-    )
+    console.print(say("plan.traffic", lang, pairs=summary["nonzero_pairs"], low=_human_bytes(summary["min_pair_bytes"]),
+                      high=_human_bytes(summary["max_pair_bytes"])))
+    console.print(say("plan.bytes", lang, most=_human_bytes(max(plan.bytes_sent_per_rank)), total=_human_bytes(plan.total_bytes)))
+    worst = max(plan.memory_per_rank(), key=lambda m: m["peak"])
+    console.print(say("plan.memory", lang, before=_human_bytes(worst["before"]), peak=_human_bytes(worst["peak"]),
+                      after=_human_bytes(worst["after"]), pack=plan.pack_copies, unpack=plan.unpack_copies))
+    console.print(say("plan.time", lang, ms=f"{estimate_seconds(plan, alpha, beta) * 1e3:.3f}", alpha=alpha * 1e6, beta=beta * 1e9))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,74 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "placement.Shard(1)": {"en": "column-sharded (Shard(1))", "ko": "열(column) 분할 (Shard(1))"},
     "placement.Replicate()": {"en": "replicated (Replicate())", "ko": "복제 (Replicate())"},
     "placement.Partial()": {"en": "partial sums (Partial())", "ko": "부분합 (Partial())"},
+    "explain.title": {
+        "en": "reshard explain: five collectives on the same row-sharded A[{rows} x {cols}] over {ranks} local ranks ({engine}), measured",
+        "ko": "reshard explain: 같은 행 분할 A[{rows} x {cols}]에 다섯 가지 collective를 {ranks}개 로컬 rank({engine})에서 실행하고 측정",
+    },
+    "explain.inputs": {
+        "en": "Every rank starts with its row block (rows per rank: {sizes}). A's values are unique, and any sum of two is bigger than every single value, so sums show.",
+        "ko": "각 rank는 자기 행 블록에서 시작한다 (rank별 행 수: {sizes}). A의 값은 모두 다르고 두 값의 합은 어떤 값보다 크므로 합은 드러난다.",
+    },
+    "explain.col.collective": {"en": "collective", "ko": "collective"},
+    "explain.col.holds": {"en": "each rank holds afterwards", "ko": "이후 각 rank가 보유"},
+    "explain.col.sums": {"en": "values summed?", "ko": "값을 더했나?"},
+    "explain.col.full": {"en": "full tensor on every rank?", "ko": "모든 rank가 전체 tensor?"},
+    "explain.col.bytes": {"en": "sent / received", "ko": "송신 / 수신"},
+    "explain.col.memory": {"en": "peak memory (x one shard)", "ko": "최대 메모리 (shard 배수)"},
+    "explain.some_rank": {"en": "one rank only", "ko": "한 rank만"},
+    "explain.not_applicable": {"en": "not applicable here: {reason}", "ko": "여기서는 적용 불가: {reason}"},
+    "explain.q1": {"en": "Does AllToAll add values?", "ko": "AllToAll은 값을 더하는가?"},
+    "explain.a1.no": {
+        "en": "No. Each of the {elements} output elements equals exactly one input element (measured).",
+        "ko": "아니다. 값을 더하지 않는다: 출력 원소 {elements}개 각각이 입력 원소 하나와 정확히 같다 (측정).",
+    },
+    "explain.a1.yes": {
+        "en": "Yes. Some of the {elements} output elements are sums of several inputs (measured).",
+        "ko": "그렇다. 출력 원소 {elements}개 중 일부는 여러 입력의 합이다 (측정).",
+    },
+    "explain.q2": {"en": "After AllToAll, does every rank hold the full tensor?", "ko": "AllToAll 후 모든 rank가 전체 tensor를 가지는가?"},
+    "explain.a2.no": {
+        "en": "No. The ranks hold {shapes} of the full [{full}]: the layout changed, nothing was replicated.",
+        "ko": "아니다. rank들은 전체 [{full}] 중 {shapes}만 가진다: 복제하지 않고 layout을 바꾸는 것이다.",
+    },
+    "explain.a2.yes": {
+        "en": "Yes. Every rank holds the full [{full}].",
+        "ko": "그렇다. 모든 rank가 전체 [{full}]를 가진다.",
+    },
+    "explain.q3": {"en": "By what rule did each rank cut its block?", "ko": "각 rank는 어떤 규칙으로 자기 블록을 잘랐는가?"},
+    "explain.a3": {
+        "en": "By destination column range: piece j (the columns rank j owns) went to rank j. Read off what each rank received:",
+        "ko": "목적지 열 범위 기준: 조각 j(rank j가 맡는 열)를 rank j에게 보냈다. 각 rank가 받은 것에서 읽은 표:",
+    },
+    "word.yes": {"en": "yes", "ko": "예"},
+    "word.no": {"en": "no", "ko": "아니오"},
+    "name.gather": {"en": "Gather (to rank 0)", "ko": "Gather (rank 0으로)"},
+    "name.all_gather": {"en": "AllGather", "ko": "AllGather"},
+    "name.reduce_scatter": {"en": "ReduceScatter (sum, cols)", "ko": "ReduceScatter (합, 열)"},
+    "name.all_to_all": {"en": "AllToAll", "ko": "AllToAll"},
+    "name.all_reduce": {"en": "AllReduce (sum)", "ko": "AllReduce (합)"},
+    "plan.head": {
+        "en": "{collective}: {src} -> {dst}, {shape} {dtype} over {ranks} ranks",
+        "ko": "{collective}: {src} -> {dst}, {shape} {dtype}, rank {ranks}개",
+    },
+    "plan.split_table": {"en": "split table ({count} transfers between ranks):", "ko": "분할 표 (rank 사이 전송 {count}개):"},
+    "plan.more": {"en": "... {count} more", "ko": "... {count}개 더"},
+    "plan.traffic": {
+        "en": "traffic: {pairs} rank pairs exchange {low} to {high} each",
+        "ko": "트래픽: rank 쌍 {pairs}개가 각각 {low}~{high}를 주고받는다",
+    },
+    "plan.bytes": {
+        "en": "bytes sent per rank: at most {most}; total on the wire {total} (a rank's own piece does not count)",
+        "ko": "rank별 송신 바이트: 최대 {most}; 전체 전송량 {total} (자기 조각은 세지 않는다)",
+    },
+    "plan.memory": {
+        "en": "memory per rank: before {before}, peak {peak}, after {after} (pack copies {pack}, unpack copies {unpack})",
+        "ko": "rank별 메모리: 이전 {before}, 최대 {peak}, 이후 {after} (pack 복사 {pack}, unpack 복사 {unpack})",
+    },
+    "plan.time": {
+        "en": "time estimate: {ms} ms (alpha-beta model: alpha {alpha:g} us per message, beta {beta:g} ns per byte)",
+        "ko": "예상 시간: {ms} ms (alpha-beta 모델: 메시지당 alpha {alpha:g} us, 바이트당 beta {beta:g} ns)",
+    },
     "cli.error": {"en": "error: {error}", "ko": "오류: {error}"},
 }
 

@@ -54,6 +54,7 @@ class ExchangeStats:
     bytes_received: int = 0  # bytes that arrived from other ranks
     recv_buffer_ptr: int = 0  # where the engine wrote what it received
     metadata_exchanges: int = 0
+    allocated_bytes: int = 0  # buffers and results this op allocated (its memory beyond the input)
 
 
 _last: ExchangeStats | None = None
@@ -62,6 +63,12 @@ _last: ExchangeStats | None = None
 def last_exchange() -> ExchangeStats | None:
     """Stats of the most recent collective on this process (None before the first)."""
     return _last
+
+
+def _alloc(call: _Call, shape: Sequence[int], like: Array) -> Array:
+    """kit.empty, counted: ``explain`` and ``bench`` report the memory an op really took."""
+    call.stats.allocated_bytes += numel(shape) * call.kit.itemsize(like)
+    return call.kit.empty(shape, like=like)
 
 
 def _data_ptr(a: Array) -> int:
@@ -187,7 +194,7 @@ def _pack(call: _Call, x: Array, dim: int, sizes: Sequence[int]) -> tuple[Array,
     shapes = [_with_dim(x.shape, dim, s) for s in sizes]
     if kit.is_contiguous(x) and numel(x.shape[:dim]) == 1:
         return x.reshape(-1), shapes  # the pieces already are consecutive runs of x
-    send = kit.empty([numel(x.shape)], like=x)
+    send = _alloc(call, [numel(x.shape)], like=x)
     for view, start, size in zip(_segments(kit, send, shapes), offsets(sizes), sizes):
         if size:
             kit.copy(view, _narrow(x, dim, start, size))
@@ -203,10 +210,10 @@ def _exchange(
     kit, rank = call.kit, call.rank
     direct = numel(out_shape[:concat_dim]) == 1
     if direct:  # received pieces, stacked in rank order, already are the result
-        out = kit.empty(out_shape, like=like)
+        out = _alloc(call, out_shape, like=like)
         recv = out.reshape(-1)
     else:
-        recv = kit.empty([sum(numel(s) for s in recv_shapes)], like=like)
+        recv = _alloc(call, [sum(numel(s) for s in recv_shapes)], like=like)
     item = kit.itemsize(like)
     send_counts = [numel(s) * item for s in send_shapes]
     recv_counts = [numel(s) * item for s in recv_shapes]
@@ -216,7 +223,7 @@ def _exchange(
     call.impl.alltoallv(kit.bytes_of(recv), kit.bytes_of(send), recv_counts, send_counts, call.op)
     if direct:
         return out
-    out = kit.empty(out_shape, like=like)
+    out = _alloc(call, out_shape, like=like)
     lengths = [s[concat_dim] for s in recv_shapes]
     for view, start, length in zip(_segments(kit, recv, recv_shapes), offsets(lengths), lengths):
         if length and numel(view.shape):
@@ -289,8 +296,8 @@ def _gather_core(call: _Call, x: Array, dim: int, shapes: Sequence[Sequence[int]
     if dst is None and len(set(lengths)) == 1:
         # Equal pieces: one native all-gather, straight into the result when dim leads.
         direct = numel(out_shape[:dim]) == 1
-        out = kit.empty(out_shape, like=x)
-        recv = out.reshape(-1) if direct else kit.empty([numel(out_shape)], like=x)
+        out = _alloc(call, out_shape, like=x)
+        recv = out.reshape(-1) if direct else _alloc(call, [numel(out_shape)], like=x)
         call.stats.recv_buffer_ptr = _data_ptr(recv)
         nbytes = numel(x.shape) * kit.itemsize(x)
         call.stats.bytes_sent += nbytes * (n - 1)
@@ -304,14 +311,14 @@ def _gather_core(call: _Call, x: Array, dim: int, shapes: Sequence[Sequence[int]
     if dst is None:
         # Uneven all_gather: pad every piece to the longest, gather, then compact.
         longest = max(numel(s) for s in recv_shapes)
-        padded = kit.empty([longest], like=x)
+        padded = _alloc(call, [longest], like=x)
         padded[: flat.shape[0]] = flat
-        recv = kit.empty([longest * n], like=x)
+        recv = _alloc(call, [longest * n], like=x)
         item = kit.itemsize(x)
         call.stats.bytes_sent += numel(x.shape) * item * (n - 1)
         call.stats.bytes_received += sum(numel(s) for i, s in enumerate(recv_shapes) if i != rank) * item
         call.impl.allgather(kit.bytes_of(recv), kit.bytes_of(padded), call.op)
-        out = kit.empty(out_shape, like=x)
+        out = _alloc(call, out_shape, like=x)
         for i, (shape, start) in enumerate(zip(recv_shapes, offsets(lengths))):
             if lengths[i]:
                 piece = recv[i * longest : i * longest + numel(shape)].reshape(tuple(shape))
@@ -379,6 +386,7 @@ def _reduce_scatter_core(call: _Call, x: Array, d: int, op: str) -> Array:
     # Every rank's piece r arrives stacked [N, *piece]; the reduction runs in rank order, so
     # every engine and every run gives the same bits.
     stacked = _exchange(call, send, send_shapes, [piece_shape] * n, [n * piece_shape[0], *piece_shape[1:]], 0, x)
+    call.stats.allocated_bytes += numel(piece_shape) * kit.itemsize(x)  # the accumulator
     return kit.stack_reduce(stacked.reshape((n, *piece_shape)), op)
 
 
@@ -516,7 +524,7 @@ def redistribute(
     else:  # Shard(i) -> Partial: embed this rank's shard in a tensor of the global shape
         lo, hi = call.kit.lowest_highest(xt)
         fill = {"sum": 0, "max": lo, "min": hi}[d_pl.op]
-        out = call.kit.full_like(call.kit.empty(gshape, like=xt), fill)
+        out = call.kit.full_like(_alloc(call, gshape, like=xt), fill)
         start = sum(shard_sizes(gshape[s_pl.dim], n)[:rank])
         call.kit.copy(_narrow(out, s_pl.dim, start, xt.shape[s_pl.dim]), xt)
     return call.result(out)

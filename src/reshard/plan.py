@@ -255,3 +255,18 @@ def plan_report(plan: Plan) -> dict:
         "split_table": split_table if len(split_table) <= 4096 else split_table[:4096],
         "split_table_truncated": len(split_table) > 4096,
     }
+
+
+def estimate_seconds(plan: Plan, alpha: float, beta: float) -> float:
+    """Alpha-beta model: per step, the busiest rank pays alpha per peer it talks to plus beta
+    per byte it sends or receives (whichever is larger); steps add up."""
+    total = 0.0
+    for step in plan.steps:
+        worst = 0.0
+        for r in range(plan.size):
+            out = [t for t in step.transfers if t.src == r and t.dst != r]
+            inc = [t for t in step.transfers if t.dst == r and t.src != r]
+            peers = len({t.dst for t in out} | {t.src for t in inc})
+            worst = max(worst, alpha * peers + beta * max(sum(t.nbytes for t in out), sum(t.nbytes for t in inc)))
+        total += worst
+    return total
