@@ -199,6 +199,11 @@ def render(console: Any, facts: dict[str, Any], lang: str) -> None:
         memory = ", ".join(f"{m:g}x" for m in f["peak_memory_per_rank_in_shards"])
         table.add_row(say(f"name.{name}", lang), "\n".join(holds), yes if f["sums_values"] else no, full, traffic, memory)
     console.print(table)
+    from .demo import grid
+
+    console.print(say("explain.grids", lang))
+    console.print(grid((rows, cols), Shard(0), n))
+    console.print(grid((rows, cols), Shard(1), n))
     a = facts["answers"]
     console.print(say("explain.q1", lang))
     ev = a["adds_values"]["evidence"]

@@ -60,6 +60,10 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "explain.col.memory": {"en": "peak memory (x one shard)", "ko": "최대 메모리 (shard 배수)"},
     "explain.some_rank": {"en": "one rank only", "ko": "한 rank만"},
     "explain.not_applicable": {"en": "not applicable here: {reason}", "ko": "여기서는 적용 불가: {reason}"},
+    "explain.grids": {
+        "en": "The card's picture, blocks coloured by the rank holding them: before (Shard(0)), then after AllToAll (Shard(1)):",
+        "ko": "카드의 그림, 블록 색은 보유한 rank: 이전 (Shard(0)), 그리고 AllToAll 이후 (Shard(1)):",
+    },
     "explain.q1": {"en": "Does AllToAll add values?", "ko": "AllToAll은 값을 더하는가?"},
     "explain.a1.no": {
         "en": "No. Each of the {elements} output elements equals exactly one input element (measured).",
