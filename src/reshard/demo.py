@@ -7,6 +7,7 @@ from typing import Any
 from .layout import Partial, Placement, Replicate, Shard, local_region, shard_sizes
 from .messages import placement_words, say
 from .plan import describe_region, make_plan
+from .viz import block_name
 
 RANK_STYLES = ["bold red", "bold green", "bold blue", "bold magenta", "bold cyan", "bold yellow", "bold white", "red", "green", "blue"]
 
@@ -29,10 +30,6 @@ def demo_rank(comm: Any, shape: tuple[int, int], src: Placement, dst: Placement,
     out = ops.redistribute(mine, src, dst)
     stats = ops.last_exchange()
     return mine, out, (stats.bytes_sent, stats.bytes_received) if stats else (0, 0)
-
-
-def block_name(i: int, j: int, n: int) -> str:
-    return f"A{i}{j}" if n <= 10 else f"A[{i},{j}]"
 
 
 def blocks_held(shape: tuple[int, int], placement: Placement, rank: int, n: int) -> list[str]:

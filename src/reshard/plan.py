@@ -19,6 +19,7 @@ from .layout import (
     check_int,
     local_region,
     normalize_dim,
+    offsets,
     parse_placement,
     shard_sizes,
 )
@@ -183,7 +184,7 @@ def make_plan(
     elif isinstance(src_p, Partial):
         plan.collective = "all_reduce"
         flat = (0, region_numel(tuple((0, s) for s in shape)))
-        pieces = [(a, a + n) for a, n in zip(_starts(shard_sizes(flat[1], size)), shard_sizes(flat[1], size))]
+        pieces = [(a, a + n) for a, n in zip(offsets(shard_sizes(flat[1], size)), shard_sizes(flat[1], size))]
         plan.steps.append(Step("reduce_scatter", tuple(transfer(s, d, (pieces[d],)) for s in ranks for d in ranks), True))
         plan.steps.append(Step("all_gather", tuple(transfer(s, d, (pieces[s],)) for s in ranks for d in ranks)))
     else:  # Replicate -> Shard / Partial, Shard -> Partial: each rank keeps what it needs
@@ -191,14 +192,6 @@ def make_plan(
         keep = [transfer(r, r, intersect(region(src_p, r), region(dst_p, r))) for r in ranks]
         plan.steps.append(Step("local", tuple(keep)))
     return plan
-
-
-def _starts(sizes: Sequence[int]) -> list[int]:
-    out, acc = [], 0
-    for s in sizes:
-        out.append(acc)
-        acc += s
-    return out
 
 
 def describe_region(region: Region) -> str:
