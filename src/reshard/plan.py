@@ -96,13 +96,21 @@ class Plan:
             m[t.src][t.dst] += t.nbytes
         return m
 
+    def _per_rank(self, transfers: Sequence[Transfer], end: str) -> list[int]:
+        """Bytes per rank that leave it (end="src") or arrive at it (end="dst"); one pass."""
+        out = [0] * self.size
+        for t in transfers:
+            if t.src != t.dst:
+                out[getattr(t, end)] += t.nbytes
+        return out
+
     @property
     def bytes_sent_per_rank(self) -> list[int]:
-        return [sum(t.nbytes for t in self.transfers if t.src == r and t.dst != r) for r in range(self.size)]
+        return self._per_rank(self.transfers, "src")
 
     @property
     def bytes_received_per_rank(self) -> list[int]:
-        return [sum(t.nbytes for t in self.transfers if t.dst == r and t.src != r) for r in range(self.size)]
+        return self._per_rank(self.transfers, "dst")
 
     @property
     def total_bytes(self) -> int:
@@ -114,10 +122,13 @@ class Plan:
     def memory_per_rank(self) -> list[dict[str, int]]:
         """Bytes held before, at the peak during, and after, per rank (input + output + buffers)."""
         out = []
+        received_all = [0] * self.size
+        for t in self.transfers:
+            received_all[t.dst] += t.nbytes
         for r in range(self.size):
             before = self.local_bytes(self.src, r)
             after = self.local_bytes(self.dst, r)
-            received = sum(t.nbytes for t in self.transfers if t.dst == r)
+            received = received_all[r]
             extra = before * self.pack_copies + (received if self.unpack_copies else 0)
             if self.collective in ("reduce_scatter", "all_reduce"):
                 extra = before * self.pack_copies + received
@@ -255,11 +266,12 @@ def estimate_seconds(plan: Plan, alpha: float, beta: float) -> float:
     per byte it sends or receives (whichever is larger); steps add up."""
     total = 0.0
     for step in plan.steps:
-        worst = 0.0
-        for r in range(plan.size):
-            out = [t for t in step.transfers if t.src == r and t.dst != r]
-            inc = [t for t in step.transfers if t.dst == r and t.src != r]
-            peers = len({t.dst for t in out} | {t.src for t in inc})
-            worst = max(worst, alpha * peers + beta * max(sum(t.nbytes for t in out), sum(t.nbytes for t in inc)))
-        total += worst
+        sent = plan._per_rank(step.transfers, "src")
+        received = plan._per_rank(step.transfers, "dst")
+        peers: list[set[int]] = [set() for _ in range(plan.size)]
+        for t in step.transfers:
+            if t.src != t.dst and t.nbytes:
+                peers[t.src].add(t.dst)
+                peers[t.dst].add(t.src)
+        total += max(alpha * len(peers[r]) + beta * max(sent[r], received[r]) for r in range(plan.size))
     return total
