@@ -93,9 +93,9 @@ class TorchKit:
         t = self.torch
         if x.dtype == t.bool:
             return False, True
-        info = t.finfo(x.dtype) if x.dtype.is_floating_point else t.iinfo(x.dtype)
         if x.dtype.is_floating_point:
             return -float("inf"), float("inf")
+        info = t.iinfo(x.dtype)
         return info.min, info.max
 
 

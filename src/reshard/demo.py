@@ -7,7 +7,7 @@ from typing import Any
 from .layout import Partial, Placement, Replicate, Shard, local_region, shard_sizes
 from .messages import placement_words, say
 from .plan import describe_region, make_plan
-from .viz import block_name
+from .viz import block_name, blocks, holders
 
 RANK_STYLES = ["bold red", "bold green", "bold blue", "bold magenta", "bold cyan", "bold yellow", "bold white", "red", "green", "blue"]
 
@@ -34,16 +34,7 @@ def demo_rank(comm: Any, shape: tuple[int, int], src: Placement, dst: Placement,
 
 def blocks_held(shape: tuple[int, int], placement: Placement, rank: int, n: int) -> list[str]:
     """The card's block names (row block i, column block j of the N x N grid) that ``rank`` holds."""
-    rows, cols = shard_sizes(shape[0], n), shard_sizes(shape[1], n)
-    held = []
-    for i in range(n):
-        for j in range(n):
-            if rows[i] == 0 or cols[j] == 0:
-                continue
-            if isinstance(placement, Shard) and (placement.dim == 0 and i != rank or placement.dim == 1 and j != rank):
-                continue
-            held.append(block_name(i, j, n))
-    return held
+    return [block_name(i, j, n) for i, j in blocks(shape, n) if rank in holders(placement, i, j, n)]
 
 
 def _bits_equal(a: Any, b: Any) -> bool:

@@ -432,9 +432,6 @@ def all_reduce(x: Array, op: str = "sum", comm: Comm | None = None, *, check: bo
     return call.result(_all_reduce_core(call, call.x, op))
 
 
-_PLACEMENT_CODES = {"Shard": 0, "Replicate": 1, "Partial": 2}
-
-
 def _placement_code(p: Any, ndim: int) -> int:
     if isinstance(p, Shard):
         return 100 + normalize_dim(p.dim, ndim)
@@ -496,8 +493,7 @@ def redistribute(
         call.agree(free_dims=free, need_shapes=False)
         call.numpy_in = False
         return call.result(x)  # the caller's own object: nothing moved, nothing copied
-    needs_lengths = src_shard is not None and gshape is None and not isinstance(d_pl, Partial)
-    needs_lengths = needs_lengths or (src_shard is not None and isinstance(d_pl, Partial) and gshape is None)
+    needs_lengths = src_shard is not None and gshape is None
     shapes = call.agree(free_dims=free, need_shapes=needs_lengths)
     xt = call.x
     n, rank = call.size, call.rank
