@@ -55,7 +55,7 @@ def all_cases(n: int, kinds: tuple[str, ...] = ("torch", "numpy")) -> list[dict]
             for shape, s, c in [((6, 6), 1, 0), ((7, 5), 0, 1), ((3, 4, 5), 1, 2), ((5, 4), 1, 1)]:
                 cases.append(dict(op="all_to_all", shape=shape, s=s, c=c, dtype="int32", kind=kind, layout=layout))
     for shape, s, c in [((6, 6), 1, 0), ((3, 4, 5), 2, 1)]:
-        cases.append(dict(op="all_to_all", shape=shape, s=s, c=c, dtype="float32", kind="torch", neg=True))
+        cases.append(dict(op="all_to_all", shape=shape, s=s, c=c, dtype="float32", kind=kinds[0], neg=True))
     # gather family
     for op in ("all_gather", "gather"):
         for shape, d in [((6, 4), 0), ((6, 4), 1), ((3, 5, 2), 1), ((0, 3), 0), ((7,), 0)]:
@@ -68,7 +68,7 @@ def all_cases(n: int, kinds: tuple[str, ...] = ("torch", "numpy")) -> list[dict]
         for dtype in DTYPES:
             for kind in _kinds(dtype, kinds):
                 cases.append(dict(op=op, shape=(5, 3), dim=1, dtype=dtype, kind=kind, dst=0, layout="fortran"))
-        cases.append(dict(op=op, shape=(4, 6), dim=1, dtype="float32", kind="torch", neg=True))
+        cases.append(dict(op=op, shape=(4, 6), dim=1, dtype="float32", kind=kinds[0], neg=True))
     # reductions
     for op_name, dtypes in REDUCE_DTYPES.items():
         for dtype in dtypes:
@@ -76,7 +76,7 @@ def all_cases(n: int, kinds: tuple[str, ...] = ("torch", "numpy")) -> list[dict]
                 for shape, d in [((7, 3), 0), ((4, 5), 1), ((2, 0), 0)]:
                     cases.append(dict(op="reduce_scatter", shape=shape, dim=d, reduce=op_name, dtype=dtype, kind=kind))
                 cases.append(dict(op="all_reduce", shape=(3, 5), reduce=op_name, dtype=dtype, kind=kind))
-    cases.append(dict(op="reduce_scatter", shape=(3, 6, 2), dim=1, dtype="float32", kind="torch", layout="strided"))
+    cases.append(dict(op="reduce_scatter", shape=(3, 6, 2), dim=1, dtype="float32", kind=kinds[0], layout="strided"))
     # redistribute: every pair of placements
     placements = [("shard", 0), ("shard", 1), ("shard", -1), ("replicate",), ("partial", "sum"), ("partial", "max")]
     for shape in [(7, 5), (4, 3, 2)]:

@@ -214,3 +214,19 @@ def run_cases(comm: rs.Comm, cases: list[dict]) -> list[Any]:
         except Exception as exc:  # reported per case; peers raise too (the check), so no hang
             results.append(f"rank {comm.rank} raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     return results
+
+
+def run_cases_without_torch(comm: rs.Comm, cases: list[dict]) -> list[Any]:
+    """run_cases in a rank where torch cannot be imported; fails loudly if it was."""
+    import sys
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        raise AssertionError("torch imported in a rank that was meant to run without it")
+    results = run_cases(comm, cases)
+    if "torch" in sys.modules and getattr(sys.modules["torch"], "Tensor", None) is not None:
+        raise AssertionError("reshard imported torch during the numpy-only run")
+    return results

@@ -166,3 +166,37 @@ def rank_processes(root=None):
         except psutil.NoSuchProcess:
             pass
     return found
+
+
+def call_ops(comm, calls):
+    """call_op for each (op_name, kwargs) in ``calls``, in order, on one communicator."""
+    return [call_op(comm, op, kwargs) for op, kwargs in calls]
+
+
+def late_rank(comm, late, seconds):
+    """Every rank but ``late`` enters a collective; ``late`` sleeps instead."""
+    if comm.rank == late:
+        time.sleep(seconds)
+        return "slept"
+    rs.all_to_all(np.zeros((comm.size, 2)), 0, 1)
+    return "exchanged"
+
+
+def big_int8_exchange(comm, per_rank, concat_dim):
+    """Every rank sends all of its ``per_rank`` int8 elements to rank 0 (so rank 0 receives
+    pieces and a buffer past 2**31 bytes); values depend on (source rank, column), so every
+    received piece is checked at many rows."""
+    n, r = comm.size, comm.rank
+    rows = per_rank // 1024
+    x = np.empty((rows, 1024), dtype=np.int8)
+    x[...] = (np.arange(1024, dtype=np.int64) + 7 * r).astype(np.int8)[None, :]
+    out = rs.all_to_all(x, 0, concat_dim, split_sizes=[rows] + [0] * (n - 1), check=False)
+    del x
+    if r != 0:
+        return out.size == 0, out.nbytes
+    ok = out.shape == ((rows, 1024 * n) if concat_dim == 1 else (rows * n, 1024))
+    for i in range(n):
+        want = (np.arange(1024, dtype=np.int64) + 7 * i).astype(np.int8)
+        piece = out[:, i * 1024 : (i + 1) * 1024] if concat_dim == 1 else out[i * rows : (i + 1) * rows]
+        ok = ok and bool((piece[::4099] == want).all() and (piece[-1:] == want).all())
+    return ok, out.nbytes

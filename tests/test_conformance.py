@@ -1,41 +1,60 @@
-"""Every op on real local ranks (gloo), checked bit for bit against the numpy oracle.
+"""Every op on real local ranks, on every engine present, checked bit for bit against the
+numpy oracle. The case list is the same for every engine (cases.py); only the runner's engine
+changes.
 
-One job per world size runs every case (a few hundred), so the suite stays fast; each case is
-still its own test item, passing or failing on its own.
+One job per (engine, world size) runs every case (a few hundred), so the suite stays fast;
+each case is still its own test item, passing or failing on its own.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
+import sys
 
 import numpy as np
 import pytest
 
 import reshard as rs
 from cases import all_cases, case_id
-from conformance import run_cases
+from conformance import run_cases, run_cases_without_torch
 from oracle import reduce_in_order
 
 WORLD_SIZES = (1, 2, 3, 4)
-ENGINE = "gloo"
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+# "mpi-notorch": the MPI engine in rank processes where `import torch` fails (numpy alone).
+ENGINES = ("gloo", "mpi", "mpi-notorch")
+KINDS = {"gloo": ("torch", "numpy"), "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",)}
+NO_TORCH_DIR = os.path.join(os.path.dirname(__file__), "no_torch")
 
 
 @functools.cache
-def results_for(n: int) -> tuple[list[dict], list[list]]:
-    cases = all_cases(n)
-    per_rank = rs.spawn(run_cases, n, engine=ENGINE, args=(cases,), timeout=600)
+def results_for(engine: str, n: int) -> tuple[list[dict], list[list]]:
+    cases = all_cases(n, KINDS[engine])
+    if engine == "mpi-notorch":
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = NO_TORCH_DIR + (os.pathsep + old if old else "")
+        try:
+            per_rank = rs.spawn(run_cases_without_torch, n, engine="mpi", args=(cases,), timeout=600)
+        finally:
+            os.environ.pop("PYTHONPATH") if old is None else os.environ.__setitem__("PYTHONPATH", old)
+    else:
+        per_rank = rs.spawn(run_cases, n, engine=engine, args=(cases,), timeout=600)
     return cases, per_rank
 
 
 def _params():
-    for n in WORLD_SIZES:
-        for i, case in enumerate(all_cases(n)):
-            yield pytest.param(n, i, id=f"N{n}-{i}-{case_id(case)}")
+    for engine in ENGINES:
+        marks = [] if engine == "gloo" or HAVE_MPI else [pytest.mark.skip(reason="mpi4py is not installed")]
+        for n in WORLD_SIZES:
+            for i, case in enumerate(all_cases(n, KINDS[engine])):
+                yield pytest.param(engine, n, i, id=f"{engine}-N{n}-{i}-{case_id(case)}", marks=marks)
 
 
-@pytest.mark.parametrize("n,index", list(_params()))
-def test_case(n: int, index: int) -> None:
-    cases, per_rank = results_for(n)
+@pytest.mark.parametrize("engine,n,index", list(_params()))
+def test_case(engine: str, n: int, index: int) -> None:
+    cases, per_rank = results_for(engine, n)
     outcomes = [per_rank[r][index] for r in range(n)]
     if any(isinstance(o, tuple) for o in outcomes):  # Partial destination: reduce in the parent
         assert all(isinstance(o, tuple) for o in outcomes), outcomes
@@ -47,3 +66,15 @@ def test_case(n: int, index: int) -> None:
         return
     failures = {r: o for r, o in enumerate(outcomes) if o is not None}
     assert not failures, "\n".join(f"rank {r}: {o}" for r, o in failures.items())
+
+
+@pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+def test_torch_really_blocked_in_numpy_only_ranks() -> None:
+    """The numpy-only run means something only if torch truly could not load there."""
+    _, per_rank = results_for("mpi-notorch", 2)
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=NO_TORCH_DIR)
+    probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0 and "torch is blocked" in probe.stderr
+    assert len(per_rank) == 2

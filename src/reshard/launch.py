@@ -13,6 +13,7 @@ import multiprocessing.connection
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -70,6 +71,12 @@ def spawn(
     if not callable(fn):
         raise InvalidArgument(f"fn must be callable, got {fn!r}")
     timeout = float(timeout)
+    bootstrapping = sys.modules.get("reshard._mpi_rank")
+    if bootstrapping is not None and bootstrapping.BOOTSTRAPPING:
+        raise InvalidArgument(
+            "rs.spawn was called while a rank was importing the main script: protect the call with "
+            "`if __name__ == \"__main__\":`"
+        )
     try:
         pickle.dumps(fn)
     except Exception as exc:

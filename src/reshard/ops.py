@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _check
-from .arrays import check_array, dtype_name, is_numpy, is_torch, numel, to_torch
+from .arrays import check_array, dtype_name, is_numpy, is_torch, kit_for, numel, to_torch
 from .comm import Comm, current
 from .errors import InvalidArgument, MismatchError, ReshardError, UnsupportedDType
 from .layout import (
@@ -131,12 +131,14 @@ class _Call:
         if is_numpy(x) and self.kit.name == "torch":
             self.numpy_in = True
             x = to_torch(x)
-        elif is_torch(x) and self.kit.name == "numpy":
-            raise InvalidArgument("torch tensors on the MPI engine arrive with the MPI engine (see issue 4)")
+        elif is_torch(x):
+            self.kit = kit_for("torch")  # torch CPU tensors on MPI: the engine sees them as buffers
         if is_torch(x):
             self.record.device = x.device.type
-            if x.device.type != "cpu" and self.comm.engine == "gloo":
-                raise InvalidArgument(f"x is on {x.device}, but this communicator's engine (gloo) moves CPU tensors only")
+            if x.device.type != "cpu" and self.comm.engine in ("gloo", "mpi"):
+                raise InvalidArgument(
+                    f"x is on {x.device}, but this communicator's engine ({self.comm.engine}) moves CPU tensors only"
+                )
             if x.device.type == "cpu" and self.comm.engine == "nccl":
                 raise InvalidArgument("x is on the CPU, but this communicator's engine (nccl) moves CUDA tensors only")
             if x.requires_grad:
@@ -237,10 +239,61 @@ def _all_to_all_core(
 ) -> Array:
     n, rank = call.size, call.rank
     splits = [tuple(split_sizes) if split_sizes is not None else shard_sizes(sh[s], n) for sh in shapes]
-    send, send_shapes = _pack(call, x, s, splits[rank])
     recv_shapes = [_with_dim(shapes[i], s, splits[i][rank]) for i in range(n)]
     out_shape = _with_dim(recv_shapes[0], c, sum(r[c] for r in recv_shapes))
+    if _typed_exchange_fits(call, x, s, c, out_shape):
+        return _typed_exchange(call, x, s, c, splits[rank], recv_shapes, out_shape)
+    send, send_shapes = _pack(call, x, s, splits[rank])
     return _exchange(call, send, send_shapes, recv_shapes, out_shape, c, x)
+
+
+# The MPI engine's datatype path moves pieces straight from ``x`` into the result: one
+# subarray datatype per peer on each side, so neither a pack nor an unpack buffer exists.
+# It pays off once the pack copy would cost more than MPI's own datatype walk; the threshold
+# comes from ``reshard bench --engine mpi`` (benchmarks/RESULTS.md).
+TYPED_MIN_BYTES = 0
+_INT_MAX = 2**31 - 1
+
+
+def _collapsed(shape: Sequence[int], dim: int) -> list[int]:
+    """``shape`` as [before, shape[dim], after]: a subarray type with at most three dims."""
+    return [numel(shape[:dim]), shape[dim], numel(shape[dim + 1 :])]
+
+
+def _typed_exchange_fits(call: _Call, x: Array, s: int, c: int, out_shape: Sequence[int]) -> bool:
+    if not hasattr(call.impl, "subarray") or not call.kit.is_contiguous(x):
+        return False
+    if numel(x.shape) * call.kit.itemsize(x) < TYPED_MIN_BYTES:
+        return False
+    if numel(x.shape[:s]) == 1 and numel(out_shape[:c]) == 1:
+        return False  # pieces and result are plain runs: the byte exchange copies nothing anyway
+    dims = _collapsed(x.shape, s) + _collapsed(out_shape, c)
+    return max(dims) <= _INT_MAX
+
+
+def _typed_exchange(
+    call: _Call, x: Array, s: int, c: int, send_sizes: Sequence[int], recv_shapes: Sequence[Sequence[int]],
+    out_shape: Sequence[int],
+) -> Array:
+    impl, rank, item = call.impl, call.rank, call.kit.itemsize(x)
+    out = _alloc(call, out_shape, like=x)
+    send_full, recv_full = _collapsed(x.shape, s), _collapsed(out_shape, c)
+    send_types = [
+        impl.subarray(send_full, _with_dim(send_full, 1, size), [0, start, 0], item)
+        for size, start in zip(send_sizes, offsets(send_sizes))
+    ]
+    lengths = [r[c] for r in recv_shapes]
+    recv_types = [
+        impl.subarray(recv_full, _with_dim(recv_full, 1, length), [0, start, 0], item)
+        for length, start in zip(lengths, offsets(lengths))
+    ]
+    send_bytes = [numel(_with_dim(x.shape, s, size)) * item for size in send_sizes]
+    recv_bytes = [numel(r) * item for r in recv_shapes]
+    call.stats.bytes_sent += sum(send_bytes) - send_bytes[rank]
+    call.stats.bytes_received += sum(recv_bytes) - recv_bytes[rank]
+    call.stats.recv_buffer_ptr = _data_ptr(out)
+    impl.alltoallw(call.kit.bytes_of(out.reshape(-1)), call.kit.bytes_of(x.reshape(-1)), recv_types, send_types, call.op)
+    return out
 
 
 def all_to_all(

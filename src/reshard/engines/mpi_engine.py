@@ -1,0 +1,208 @@
+"""MPI adapter through mpi4py. Imports no torch: numpy buffers, or torch CPU tensors seen
+through the buffer protocol (``tensor.numpy()`` is a view, so nothing is copied in or out).
+
+Three things MPI does not give us for free, and how this file gets them:
+
+* **Bounded waits.** MPI has no timeout. The small check all-gather, which every op runs
+  before any data moves, is non-blocking and polled against the communicator's timeout, so a
+  rank that never arrives turns into ``CommTimeout`` on the others instead of a hang. Once the
+  check has passed every rank is inside the same exchange, which then runs blocking (a rank
+  that dies there makes mpirun end the job, and ``rs.spawn`` reports ``RankFailed``).
+* **Errors as exceptions.** The communicator is duplicated with ``ERRORS_RETURN``, so an MPI
+  error surfaces as ``RankFailed`` naming the rank, not an abort from deep inside the library.
+* **Large counts.** Open MPI 5 has no MPI-4 ``_c`` (large-count) calls and ``Alltoallv`` takes
+  ``int`` counts and displacements, so a piece of 2**31 bytes or more, or one that starts past
+  2**31, travels as one ``hindexed`` datatype of <= 1 GiB blocks whose 64-bit displacements are
+  carried by the type itself (``Alltoallw`` with count 1 and displacement 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..arrays import kit_for
+from ..errors import CommTimeout, RankFailed
+
+INT_MAX = 2**31 - 1
+_BLOCK = 1 << 30  # bytes per hindexed block: comfortably below INT_MAX
+_SPIN_S = 0.002  # poll without sleeping this long first: most checks finish within it
+
+
+def as_buffer(a: Any) -> np.ndarray:
+    """A numpy view of a contiguous CPU array or tensor (the buffer protocol: no copy)."""
+    if isinstance(a, np.ndarray):
+        return a
+    return a.numpy()  # torch CPU tensor -> numpy view sharing its memory
+
+
+class MPIEngine:
+    kit_name = "numpy"
+    name = "mpi"
+
+    def __init__(self, mpi_comm: Any, timeout: float, owns: bool):
+        self.mpi_comm = mpi_comm
+        self.rank = mpi_comm.Get_rank()
+        self.size = mpi_comm.Get_size()
+        self.timeout = timeout
+        self.owns = owns
+        self.kit = kit_for("numpy")
+        self._types: dict[tuple, Any] = {}
+
+    @contextlib.contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except MPI.Exception as exc:
+            text = exc.Get_error_string().strip().splitlines()[0]
+            raise RankFailed(f"rank {self.rank}: {what} failed in MPI ({text})") from exc
+
+    def _wait(self, req: Any, what: str) -> None:
+        """Poll ``req`` until done or the timeout; spin briefly, then back off to 1 ms sleeps."""
+        start = time.monotonic()
+        deadline = start + self.timeout
+        pause = 0.0
+        while not req.Test():
+            now = time.monotonic()
+            if now > deadline:
+                raise CommTimeout(
+                    f"rank {self.rank}: {what} waited more than {self.timeout:g} s for its peers "
+                    f"(a rank never reached this collective)"
+                )
+            if now - start > _SPIN_S:
+                pause = min(0.001, pause * 2 or 2e-5)
+                time.sleep(pause)
+
+    # -- the primitives ops use -------------------------------------------------------------
+
+    def alltoallv(
+        self, recv: Any, send: Any, recv_counts: Sequence[int], send_counts: Sequence[int], what: str
+    ) -> None:
+        """Send ``send[segment j]`` to rank j; receive rank i's segment into ``recv[segment i]``.
+
+        Both buffers are 1-D uint8 (numpy or torch CPU); segments are consecutive, sized by the
+        byte counts. Runs as ``Alltoallw`` (as fast as ``Alltoallv`` here, measured in
+        benchmarks/RESULTS.md) so that every rank may describe its own side freely: bytes, a
+        large-count type, or the subarray types of ``alltoallw`` on a peer, and the calls match.
+        """
+        sends = [_byte_piece(d, c) for d, c in zip(_displs(send_counts), send_counts)]
+        recvs = [_byte_piece(d, c) for d, c in zip(_displs(recv_counts), recv_counts)]
+        try:
+            with self._guard(what):
+                self._alltoallw(as_buffer(recv), as_buffer(send), sends, recvs)
+        finally:
+            _free([t for _, _, t in sends + recvs])
+
+    def alltoallw(self, recv: Any, send: Any, recv_types: Sequence[Any], send_types: Sequence[Any], what: str) -> None:
+        """One datatype per peer on each side (from ``subarray``; None for nothing): no pack, no unpack."""
+        sends = [(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in send_types]
+        recvs = [(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in recv_types]
+        with self._guard(what):
+            self._alltoallw(as_buffer(recv), as_buffer(send), sends, recvs)
+
+    def _alltoallw(self, rbuf: np.ndarray, sbuf: np.ndarray, sends: Sequence[tuple], recvs: Sequence[tuple]) -> None:
+        def spec(buf: np.ndarray, pieces: Sequence[tuple]) -> list:
+            counts, displs, types = zip(*pieces)
+            return [buf, (list(counts), list(displs)), list(types)]
+
+        self.mpi_comm.Alltoallw(spec(sbuf, sends), spec(rbuf, recvs))
+
+    def allgather(self, recv: Any, send: Any, what: str) -> None:
+        """Every rank's ``send`` (equal byte lengths), stacked in rank order into ``recv``."""
+        rbuf, sbuf = as_buffer(recv), as_buffer(send)
+        with self._guard(what):
+            if sbuf.nbytes * self.size <= INT_MAX:
+                self.mpi_comm.Allgather([sbuf, MPI.BYTE], [rbuf, MPI.BYTE])
+                return
+            # Large: every peer reads the same send bytes (send displacements may overlap).
+            length = sbuf.nbytes
+            sends = [_byte_piece(0, length)] * self.size
+            recvs = [_byte_piece(i * length, length) for i in range(self.size)]
+            try:
+                self._alltoallw(rbuf, sbuf, sends, recvs)
+            finally:
+                _free(list({id(t): t for _, _, t in sends + recvs}.values()))
+
+    def allgather_bytes(self, send: Any, what: str) -> np.ndarray:
+        """numpy uint8 [L] -> numpy uint8 [size, L]; the check records. Bounded by the timeout."""
+        src = np.ascontiguousarray(send, dtype=np.uint8)
+        out = np.empty((self.size, src.size), dtype=np.uint8)
+        with self._guard(what):
+            req = self.mpi_comm.Iallgather([src, MPI.BYTE], [out, MPI.BYTE])
+            self._wait(req, what)
+        return out
+
+    def subarray(self, shape: Sequence[int], sub: Sequence[int], starts: Sequence[int], itemsize: int) -> Any:
+        """A committed datatype for the box ``sub`` at ``starts`` of a C-order array ``shape``
+        (None for an empty box), cached: the same exchange reuses its types every call."""
+        key = (tuple(shape), tuple(sub), tuple(starts), itemsize)
+        t = self._types.get(key)
+        if t is None and key not in self._types:
+            if 0 in sub:
+                t = None
+            else:
+                elem = MPI.BYTE.Create_contiguous(itemsize)
+                t = elem.Create_subarray(list(shape), list(sub), list(starts), order=MPI.ORDER_C).Commit()
+                elem.Free()
+            if len(self._types) > 4096:  # a long run over many shapes: start again
+                _free(list(self._types.values()))
+                self._types.clear()
+            self._types[key] = t
+        return t
+
+    def barrier(self) -> None:
+        with self._guard("barrier"):
+            req = self.mpi_comm.Ibarrier()
+            self._wait(req, "barrier")
+
+    def close(self) -> None:
+        _free(list(self._types.values()))
+        self._types.clear()
+        if self.owns and self.mpi_comm != MPI.COMM_NULL:
+            with contextlib.suppress(MPI.Exception):
+                self.mpi_comm.Free()
+            self.mpi_comm = MPI.COMM_NULL
+
+
+def _displs(counts: Sequence[int]) -> list[int]:
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out or [0]
+
+
+def _byte_piece(displ: int, count: int) -> tuple[int, int, Any]:
+    """(count, displacement, type) for ``count`` bytes at byte offset ``displ``. Past INT_MAX,
+    one hindexed type of <= 1 GiB blocks carries the 64-bit offsets itself (count 1, displ 0)."""
+    if count == 0:
+        return 0, 0, MPI.BYTE
+    if displ + count <= INT_MAX:
+        return count, displ, MPI.BYTE
+    lengths, starts = [], []
+    for at in range(0, count, _BLOCK):
+        lengths.append(min(_BLOCK, count - at))
+        starts.append(displ + at)
+    return 1, 0, MPI.BYTE.Create_hindexed(lengths, starts).Commit()
+
+
+def _free(types: Sequence[Any]) -> None:
+    for t in types:
+        if t is not None and t != MPI.BYTE:
+            with contextlib.suppress(MPI.Exception):
+                t.Free()
+
+
+def init_mpi(timeout: float, mpi_comm: Any = None) -> MPIEngine:
+    """Wrap ``mpi_comm`` (default a duplicate of COMM_WORLD) with errors returned, not fatal."""
+    if not MPI.Is_initialized():
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)
+    base = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+    dup = base.Dup()
+    dup.Set_errhandler(MPI.ERRORS_RETURN)
+    return MPIEngine(dup, timeout, owns=True)
