@@ -19,11 +19,11 @@ demo: setup
 	$(VENV)/bin/reshard demo
 
 test: setup
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m pytest -q
 
 lint: setup
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks examples
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

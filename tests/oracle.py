@@ -99,3 +99,39 @@ def placement_slice(full: np.ndarray, placement: tuple, rank: int, n: int) -> np
         sizes = balanced(full.shape[d], n)
         return take(full, d, starts(sizes)[rank], starts(sizes)[rank] + sizes[rank])
     return full
+
+
+def all_to_all_v_expected(rows: list[np.ndarray], counts: list[list[int]], r: int) -> np.ndarray:
+    """What rank r receives: rank i's rows [sum(counts[i][:r]), +counts[i][r]), in rank order."""
+    pieces = [rows[i][sum(counts[i][:r]) : sum(counts[i][:r]) + counts[i][r]] for i in range(len(rows))]
+    return np.concatenate(pieces) if pieces else rows[0][:0]
+
+
+def moe_expected(tokens: list[np.ndarray], ids: list[np.ndarray], num_experts: int, capacity: int | None, d: int):
+    """Rank d's expert inputs, tokens per local expert, and every rank's dropped (token, slot)
+    pairs, by walking (expert, source rank, token, slot) in order with a per-expert budget."""
+    n = len(tokens)
+    per = num_experts // n
+    used = [0] * num_experts
+    kept: dict[tuple[int, int, int], bool] = {}
+    for i in range(n):  # capacity goes to lower source ranks first, then lower tokens, then slots
+        for t in range(ids[i].shape[0]):
+            for j in range(ids[i].shape[1]):
+                e = int(ids[i][t, j])
+                ok = capacity is None or used[e] < capacity
+                used[e] += ok
+                kept[(i, t, j)] = ok
+    rows, per_expert = [], []
+    for e in range(d * per, (d + 1) * per):
+        count = 0
+        for i in range(n):
+            for t in range(ids[i].shape[0]):
+                for j in range(ids[i].shape[1]):
+                    if int(ids[i][t, j]) == e and kept[(i, t, j)]:
+                        rows.append(tokens[i][t])
+                        count += 1
+        per_expert.append(count)
+    dropped = [sorted((t, j) for (i2, t, j), ok in kept.items() if i2 == i and not ok) for i in range(n)]
+    trail = tokens[0].shape[1:]
+    out = np.stack(rows) if rows else np.zeros((0, *trail), dtype=tokens[0].dtype)
+    return out, per_expert, dropped, kept

@@ -61,8 +61,11 @@ def call_op(comm, op_name, per_rank_kwargs):
     kwargs = dict(per_rank_kwargs[comm.rank] if isinstance(per_rank_kwargs, list) else per_rank_kwargs)
     for key, value in list(kwargs.items()):
         kwargs[key] = make_input(value)
+    fn = rs
+    for part in op_name.split("."):  # "moe.dispatch"
+        fn = getattr(fn, part)
     try:
-        out = getattr(rs, op_name)(**kwargs)
+        out = fn(**kwargs)
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc)
     return "ok", getattr(out, "shape", None)
@@ -75,6 +78,8 @@ def unpicklable_result(comm):
 def make_input(value):
     """Decode a picklable description of an input: ("array", shape[, dtype]) for numpy,
     ("tensor", shape, dtype[, variant]) for torch (variant: "sparse", "meta", "grad")."""
+    if isinstance(value, tuple) and value and value[0] == "ids":
+        return np.asarray(value[1], dtype=np.int64)
     if not (isinstance(value, tuple) and value and value[0] in ("array", "tensor")):
         return value
     shape, dtype = value[1], value[2] if len(value) > 2 else "float32"

@@ -14,11 +14,12 @@ from .layout import Partial, Replicate, Shard, local_shard, parse_placement, sha
 __version__ = "0.1.0"
 
 _LAZY = {
-    "all_to_all": "ops", "all_gather": "ops", "gather": "ops", "reduce_scatter": "ops",
+    "all_to_all": "ops", "all_to_all_v": "ops", "all_gather": "ops", "gather": "ops", "reduce_scatter": "ops",
     "all_reduce": "ops", "redistribute": "ops", "last_exchange": "ops",
     "init": "comm", "Comm": "comm",
     "spawn": "launch",
     "plan": "plan",
+    "moe": "moe",
 }
 
 __all__ = [
@@ -33,7 +34,7 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        value = module if name == "plan" else getattr(module, name)
+        value = module if name in ("plan", "moe") else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'reshard' has no attribute {name!r}")

@@ -140,8 +140,9 @@ def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseExcept
     raise cls(f"{records[own_rank].op}: invalid input on {_ranks(bad)}: " + " | ".join(lines))
 
 
-def compare(records: Sequence[Record], free_dims: Sequence[int] = ()) -> None:
-    """Raise MismatchError if the calls disagree on anything but the dims in ``free_dims``."""
+def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_splits: bool = False) -> None:
+    """Raise MismatchError if the calls disagree on anything but the dims in ``free_dims``
+    (and the split sizes, when ``per_rank_splits``: all_to_all_v's send counts)."""
     op = records[0].op
     if len({r.op for r in records}) > 1:
         raise MismatchError("ranks called different collectives: " + describe_disagreement("op", [r.op for r in records]).split(": ", 1)[1])
@@ -168,7 +169,7 @@ def compare(records: Sequence[Record], free_dims: Sequence[int] = ()) -> None:
                 + f" (full shapes: {', '.join(f'rank {r} {list(s)}' for r, s in enumerate(shapes))})"
             )
     splits = [r.split_sizes for r in records]
-    if len(set(splits)) > 1:
+    if not per_rank_splits and len(set(splits)) > 1:
         raise MismatchError(f"{op}: " + describe_disagreement("split_sizes", splits))
     globals_ = [r.global_shape for r in records]
     if len(set(globals_)) > 1:

@@ -20,6 +20,7 @@ Copy budget (element copies outside the engine, per op):
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -147,7 +148,9 @@ class _Call:
             self.record.device = "cpu"
         self.x = x
 
-    def agree(self, free_dims: Sequence[int] = (), need_shapes: bool = True) -> list[tuple[int, ...]] | None:
+    def agree(
+        self, free_dims: Sequence[int] = (), need_shapes: bool = True, per_rank_splits: bool = False
+    ) -> list[tuple[int, ...]] | None:
         """Run the check (if on) or the metadata exchange (if needed); raise on any problem.
 
         Returns every rank's input shape, or None when neither check nor shapes were needed.
@@ -164,7 +167,7 @@ class _Call:
             self.error = _check.ERROR_CODES[self.record.error_code](self.record.message)
         _check.raise_errors(records, self.rank, self.error)
         if self.check:
-            _check.compare(records, free_dims)
+            _check.compare(records, free_dims, per_rank_splits)
         self.records = records
         return [r.shape for r in records]
 
@@ -176,15 +179,23 @@ class _Call:
         return out
 
 
-def _sizes_arg(split_sizes: Any, length: int, parts: int, name: str = "split_sizes") -> tuple[int, ...]:
+def _counts_arg(values: Any, parts: int, name: str) -> tuple[int, ...]:
+    """One non-negative int per rank (ints, numpy ints or a 1-D integer tensor/array)."""
+    if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
+        values = values.tolist()
     try:
-        sizes = [check_int(f"{name}[{i}]", s) for i, s in enumerate(split_sizes)]
+        sizes = [check_int(f"{name}[{i}]", s) for i, s in enumerate(values)]
     except TypeError:
-        raise InvalidArgument(f"{name} must be a sequence of {parts} ints, got {split_sizes!r}") from None
+        raise InvalidArgument(f"{name} must be a sequence of {parts} ints, got {values!r}") from None
     if len(sizes) != parts:
         raise InvalidArgument(f"{name} has {len(sizes)} entries; it needs one per rank ({parts})")
     if any(s < 0 for s in sizes):
         raise InvalidArgument(f"{name} has a negative entry: {sizes}")
+    return tuple(sizes)
+
+
+def _sizes_arg(split_sizes: Any, length: int, parts: int, name: str = "split_sizes") -> tuple[int, ...]:
+    sizes = _counts_arg(split_sizes, parts, name)
     if sum(sizes) != length:
         raise InvalidArgument(f"{name} {sizes} sums to {sum(sizes)}, but the split dim has length {length}")
     return tuple(sizes)
@@ -234,11 +245,19 @@ def _exchange(
     return out
 
 
+def _split_table(
+    s: int, split_sizes: Sequence[int] | None, shapes: Sequence[Sequence[int]]
+) -> list[tuple[int, ...]]:
+    """Every rank's split of its ``x`` along ``s``: row i is what rank i sends to each rank."""
+    n = len(shapes)
+    return [tuple(split_sizes) if split_sizes is not None else shard_sizes(sh[s], n) for sh in shapes]
+
+
 def _all_to_all_core(
-    call: _Call, x: Array, s: int, c: int, split_sizes: Sequence[int] | None, shapes: Sequence[Sequence[int]]
+    call: _Call, x: Array, s: int, c: int, splits: Sequence[Sequence[int]], shapes: Sequence[Sequence[int]]
 ) -> Array:
+    """The exchange, given every rank's input shape and split table (no communication to learn them)."""
     n, rank = call.size, call.rank
-    splits = [tuple(split_sizes) if split_sizes is not None else shard_sizes(sh[s], n) for sh in shapes]
     recv_shapes = [_with_dim(shapes[i], s, splits[i][rank]) for i in range(n)]
     out_shape = _with_dim(recv_shapes[0], c, sum(r[c] for r in recv_shapes))
     if _typed_exchange_fits(call, x, s, c, out_shape):
@@ -333,7 +352,79 @@ def all_to_all(
             sizes = _sizes_arg(split_sizes, call.x.shape[s], call.size)
             call.record.split_sizes = sizes
     shapes = call.agree(free_dims=(c,))
-    return call.result(_all_to_all_core(call, call.x, s, c, sizes, shapes))
+    splits = _split_table(s, sizes, shapes)
+    out = _all_to_all_core(call, call.x, s, c, splits, shapes)
+    if _wants_grad(x):
+        from . import autograd
+
+        out = autograd.attach_all_to_all(x, out, call.comm, s, c, splits, shapes)
+    return call.result(out)
+
+
+def _wants_grad(x: Any) -> bool:
+    """A torch tensor on the autograd tape: the result gets a backward (the reverse exchange)."""
+    return is_torch(x) and x.requires_grad and sys.modules["torch"].is_grad_enabled()
+
+
+def all_to_all_v(
+    x: Array, send_counts: Sequence[int], comm: Comm | None = None, *,
+    recv_counts: Sequence[int] | None = None, check: bool | None = None,
+) -> tuple[Array, list[int]]:
+    """Variable-size AllToAll along dim 0: rows ``[sum(send_counts[:j]), +send_counts[j])`` of
+    ``x`` go to rank j; what arrives is concatenated in rank order.
+
+    Args:
+      x: ``[T, *F]`` with ``T == sum(send_counts)``; ``F`` (any trailing dims, maybe none)
+        and the dtype agree across ranks. Zero counts are fine.
+      send_counts: one int per rank.
+      recv_counts: this rank's receive counts when already known (e.g. the ``recv_counts`` of the
+        forward exchange, for the reverse one): with ``check=False`` no count exchange runs at all.
+
+    Returns:
+      ``(received, recv_counts)``: ``received`` is ``[sum_i send_counts_i[r], *F]`` (rank i's rows
+      for this rank, in rank order) and ``recv_counts[i] = send_counts_i[r]``, so the reverse
+      exchange is ``all_to_all_v(y, recv_counts, recv_counts=send_counts)``. numpy in, numpy out.
+
+    The counts travel as one small exchange of integers (inside the check's exchange when the
+    check is on) and are validated as a whole matrix: every rank raises, naming the ranks.
+    """
+    call = _Call("all_to_all_v", x, comm, check)
+    counts: tuple[int, ...] = ()
+    known = None
+    with call.validating():
+        call.take_input()
+        counts = _sizes_arg(send_counts, call.x.shape[0], call.size, "send_counts")
+        call.record.split_sizes = counts
+        if recv_counts is not None:
+            known = _counts_arg(recv_counts, call.size, "recv_counts")
+    if known is not None and not call.check and call.error is None:
+        matrix = None
+    else:
+        call.agree(free_dims=(0,), per_rank_splits=True)
+        matrix = [r.split_sizes for r in call.records]
+    rank, n = call.rank, call.size
+    got = list(known) if matrix is None else [matrix[i][rank] for i in range(n)]
+    if matrix is not None and known is not None and tuple(known) != tuple(got):
+        raise MismatchError(
+            f"rank {rank}: all_to_all_v: recv_counts {list(known)} were passed, but the ranks send this "
+            f"rank {got} (send_counts per rank: {[list(m) for m in matrix]})"
+        )
+    trail = list(call.x.shape[1:])
+    xt = call.x
+    src = xt if call.kit.is_contiguous(xt) else _contiguous(call, xt)
+    out = _exchange(call, src.reshape(-1), [[k, *trail] for k in counts], [[k, *trail] for k in got],
+                    [sum(got), *trail], 0, xt)
+    if _wants_grad(x):
+        from . import autograd
+
+        out = autograd.attach_all_to_all_v(x, out, call.comm, list(counts), got)
+    return call.result(out), got
+
+
+def _contiguous(call: _Call, x: Array) -> Array:
+    call.stats.pack_copies += 1
+    call.stats.allocated_bytes += numel(x.shape) * call.kit.itemsize(x)
+    return x.contiguous() if is_torch(x) else x.copy()
 
 
 def _gather_core(call: _Call, x: Array, dim: int, shapes: Sequence[Sequence[int]], dst: int | None) -> Array | None:
@@ -555,7 +646,7 @@ def redistribute(
             gshape = _global_from_shapes(call, shapes, src_shard)
         shapes = [tuple(_with_dim(gshape, src_shard, k)) for k in shard_sizes(gshape[src_shard], n)]
     if isinstance(s_pl, Shard) and isinstance(d_pl, Shard):
-        out = _all_to_all_core(call, xt, d_pl.dim, s_pl.dim, None, shapes)
+        out = _all_to_all_core(call, xt, d_pl.dim, s_pl.dim, _split_table(d_pl.dim, None, shapes), shapes)
     elif isinstance(s_pl, Shard) and isinstance(d_pl, Replicate):
         out = _gather_core(call, xt, s_pl.dim, shapes, None)
     elif isinstance(s_pl, Partial) and isinstance(d_pl, Shard):
@@ -576,6 +667,10 @@ def redistribute(
         out = call.kit.full_like(_alloc(call, gshape, like=xt), fill)
         start = sum(shard_sizes(gshape[s_pl.dim], n)[:rank])
         call.kit.copy(_narrow(out, s_pl.dim, start, xt.shape[s_pl.dim]), xt)
+    if _wants_grad(x):
+        from . import autograd
+
+        out = autograd.attach_redistribute(x, out, call.comm, s_pl, d_pl, gshape)
     return call.result(out)
 
 

@@ -1,0 +1,280 @@
+"""Mixture-of-Experts dispatch and combine: the card's exchange with variable sizes.
+
+Experts sit in contiguous blocks: with ``E`` experts on ``N`` ranks, rank ``d`` holds experts
+``d*L .. d*L+L-1`` (``L = E // N``). A (token, slot) pair routed to expert ``e`` travels to rank
+``e // L`` and comes back after the expert has run. Forward, dispatch and combine are each one
+``all_to_all_v``; backward, each is the reverse one (autograd on torch).
+
+Copies per call (rows of ``H`` elements): dispatch gathers the routed rows once into the send
+buffer and, when a rank holds more than one expert, reorders what arrives from source-major to
+expert-major once; combine does the reverse reorder, then scatters the returned rows into
+``[T, k, H]`` and sums over ``k``. Routing indices are computed with numpy on every rank from one
+exchange of per-expert counts, so no index ever crosses the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import ops
+from .arrays import is_numpy, is_torch
+from .comm import Comm, current
+from .errors import InvalidArgument, ReshardError, UnsupportedDType
+from .layout import check_int
+
+Array = Any
+
+
+@dataclass
+class MoEHandle:
+    """What combine needs to send expert outputs home, and what dispatch decided.
+
+    ``tokens_per_expert[l]``: rows of ``expert_inputs`` for this rank's l-th expert (global id
+    ``rank * L + l``). ``dropped``: int64 ``[D, 2]`` of (token, slot) pairs that exceeded the
+    capacity (slot is the column of ``expert_ids``). ``kept``: bool ``[T, k]``.
+    ``send_counts`` / ``recv_counts``: rows this rank sent to / received from each rank.
+    ``counts``: int64 ``[N, E]``, rows each rank routed to each expert before any drop.
+    """
+
+    tokens_per_expert: list[int]
+    dropped: np.ndarray
+    kept: np.ndarray
+    send_counts: list[int]
+    recv_counts: list[int]
+    counts: np.ndarray
+    num_experts: int
+    top_k: int
+    num_tokens: int
+    comm: Comm = field(repr=False)
+    send_rows: np.ndarray = field(repr=False)  # pair index (t * k + slot) of each sent row, in send order
+    expert_major: np.ndarray | None = field(repr=False)  # received row of each expert_inputs row (None: same order)
+
+
+def _index(like: Array, idx: np.ndarray) -> Any:
+    """``idx`` in the form that indexes ``like`` (a torch index tensor for tensors)."""
+    if is_torch(like):
+        import torch
+
+        return torch.from_numpy(idx).to(like.device)
+    return idx
+
+
+def _validate_ids(expert_ids: Any, num_tokens: int, num_experts: int) -> np.ndarray:
+    if is_torch(expert_ids):
+        if expert_ids.dtype.is_floating_point or expert_ids.dtype.is_complex or str(expert_ids.dtype) == "torch.bool":
+            raise UnsupportedDType(f"expert_ids must hold integers, got {expert_ids.dtype}")
+        ids = expert_ids.detach().cpu().numpy()
+    elif is_numpy(expert_ids):
+        if expert_ids.dtype.kind not in "iu":
+            raise UnsupportedDType(f"expert_ids must hold integers, got {expert_ids.dtype}")
+        ids = expert_ids
+    else:
+        raise InvalidArgument(f"expert_ids must be a numpy array or torch tensor, got {type(expert_ids).__name__}")
+    if ids.ndim not in (1, 2) or ids.shape[0] != num_tokens or (ids.ndim == 2 and ids.shape[1] < 1):
+        raise InvalidArgument(
+            f"expert_ids has shape {list(ids.shape)}; it must be [T] or [T, k] with T = {num_tokens} (the tokens' rows)"
+        )
+    ids = ids.astype(np.int64)
+    ids = ids[:, None] if ids.ndim == 1 else ids
+    bad = (ids < 0) | (ids >= num_experts)
+    if bad.any():
+        t, j = (int(v) for v in np.argwhere(bad)[0])
+        raise InvalidArgument(
+            f"expert_ids[{t}, {j}] = {int(ids[t, j])} is not an expert: ids must lie in [0, {num_experts})"
+            f" ({int(bad.sum())} out of range)"
+        )
+    return ids
+
+
+def _kept_counts(counts: np.ndarray, capacity: int | None) -> np.ndarray:
+    """Rows of each rank kept for each expert: ``capacity`` per expert, filled in rank order."""
+    if capacity is None:
+        return counts
+    before = np.cumsum(counts, axis=0) - counts  # rows of lower ranks for the same expert
+    return np.clip(capacity - before, 0, counts)
+
+
+def dispatch(
+    tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None = None,
+    capacity: int | None = None, *, check: bool | None = None,
+) -> tuple[Array, MoEHandle]:
+    """Send each (token, slot) pair to the rank holding its expert.
+
+    Args:
+      tokens: ``[T, *F]`` (usually ``[T, H]``); ``F`` and the dtype agree across ranks.
+      expert_ids: ints ``[T]`` (top-1) or ``[T, k]`` (top-k), each in ``[0, num_experts)``.
+      num_experts: ``E``, a multiple of the world size ``N``; rank ``e // (E // N)`` holds expert e.
+      capacity: None for dropless; else at most ``capacity`` rows per expert, kept in order of
+        (source rank, token, slot) and the rest reported in ``handle.dropped``.
+
+    Returns:
+      ``(expert_inputs, handle)``: ``expert_inputs`` is ``[sum(handle.tokens_per_expert), *F]``,
+      rows grouped by local expert, then by source rank in rank order, then by token order (a
+      token routed to two experts of this rank appears once in each group). numpy in, numpy out.
+      Differentiable on torch (backward: the reverse exchange, summing a token's slots).
+    """
+    comm_ = current(comm)
+    call = ops._Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity"))
+    n, rank = call.size, call.rank
+    ids = np.zeros((0, 1), dtype=np.int64)
+    experts = cap = 0
+    with call.validating():
+        call.take_input()
+        experts = check_int("num_experts", num_experts)
+        if experts < 1 or experts % n:
+            raise InvalidArgument(
+                f"num_experts={experts} must be a positive multiple of the world size {n}: experts sit "
+                f"in equal contiguous blocks (expert e on rank e // (E // {n}))"
+            )
+        if capacity is not None:
+            cap = check_int("capacity", capacity)
+            if cap < 0:
+                raise InvalidArgument(f"capacity must be >= 0 or None, got {cap}")
+        ids = _validate_ids(expert_ids, call.x.shape[0], experts)
+        call.record.args = (experts, ids.shape[1], -1 if capacity is None else cap)
+    if call.check:
+        call.agree(free_dims=(0,), need_shapes=False)
+    per_rank = experts // n if experts and experts % n == 0 else 1
+    num_tokens, top_k = ids.shape
+    expert_of_pair = ids.reshape(-1)
+    own = np.bincount(expert_of_pair, minlength=max(experts, 1)).astype(np.int64)
+    # One small exchange of integers: every rank's count per expert, plus an error flag so that
+    # with the check off a rank's bad input still stops every rank instead of hanging them.
+    flag = np.array([0 if call.error is None else 1], dtype=np.int64)
+    row = np.concatenate([own[:experts] if experts else own[:0], flag])
+    gathered = call.impl.allgather_bytes(row.view(np.uint8), "moe.dispatch (counts)").view(np.int64)
+    call.stats.metadata_exchanges += 1
+    if call.error is not None:
+        raise call.error
+    if gathered[:, -1].any():
+        bad = [int(r) for r in np.nonzero(gathered[:, -1])[0]]
+        raise ReshardError(f"rank {rank}: moe.dispatch: invalid input on rank(s) {bad} (their own error says what)")
+    counts = gathered[:, :-1].reshape(n, experts)
+    kept_counts = _kept_counts(counts, None if capacity is None else cap)
+
+    # Source side: pairs sorted by (expert, token, slot); the first kept_counts[rank, e] of each
+    # expert's run stay, the rest are dropped.
+    order = np.argsort(expert_of_pair, kind="stable")
+    run_start = np.cumsum(counts[rank]) - counts[rank]
+    position_in_run = np.arange(order.size) - np.repeat(run_start, counts[rank])
+    keep = position_in_run < np.repeat(kept_counts[rank], counts[rank])
+    send_rows = order[keep]
+    dropped_pairs = np.sort(order[~keep])
+    kept = np.ones(num_tokens * top_k, dtype=bool)
+    kept[dropped_pairs] = False
+    send_counts = [int(v) for v in kept_counts[rank].reshape(n, per_rank).sum(axis=1)]
+
+    # Receiver side: rows arrive source-major (rank i's rows for my experts, by expert); the
+    # result is expert-major.
+    mine = kept_counts[:, rank * per_rank : (rank + 1) * per_rank]  # [N, L]
+    recv_counts = [int(v) for v in mine.sum(axis=1)]
+    expert_major = None
+    if n > 1 and per_rank > 1:
+        start = (np.cumsum(mine.reshape(-1)) - mine.reshape(-1)).reshape(n, per_rank)
+        expert_major = np.concatenate(
+            [np.arange(start[i, le], start[i, le] + mine[i, le]) for le in range(per_rank) for i in range(n)]
+            or [np.zeros(0, dtype=np.int64)]
+        ).astype(np.int64)
+
+    rows = tokens[_index(tokens, send_rows // top_k)]  # the pack: one gather of the routed rows
+    received, _ = ops.all_to_all_v(rows, send_counts, comm_, recv_counts=recv_counts, check=False)
+    expert_inputs = received if expert_major is None else received[_index(received, expert_major)]
+    handle = MoEHandle(
+        tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
+        dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
+        kept=kept.reshape(num_tokens, top_k),
+        send_counts=send_counts, recv_counts=recv_counts, counts=counts, num_experts=experts, top_k=top_k,
+        num_tokens=num_tokens, comm=comm_, send_rows=send_rows, expert_major=expert_major,
+    )
+    return expert_inputs, handle
+
+
+def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = None, *, check: bool | None = None) -> Array:
+    """Send expert outputs back to their tokens and sum each token's slots.
+
+    Args:
+      expert_outputs: ``[sum(handle.tokens_per_expert), *F']``, rows in ``expert_inputs`` order.
+      weights: None, or ``[T, k]`` (``[T]`` for top-1) gate weights of the dispatching rank.
+
+    Returns:
+      ``[T, *F']`` in the original token order: ``sum over slots j of weights[t, j] * out(t, j)``
+      (weights None: the plain sum; top-1 without weights: the row itself). Dropped pairs
+      contribute zero. Float results are accumulated in float64 and rounded once, so identity
+      experts with weights summing to one give the input back. Differentiable on torch (with
+      respect to the outputs and the weights).
+    """
+    if not isinstance(handle, MoEHandle):
+        raise InvalidArgument(f"handle must be the MoEHandle returned by dispatch, got {type(handle).__name__}")
+    comm_ = handle.comm
+    call = ops._Call("moe.combine", expert_outputs, comm_, check, ("top_k",))
+    rows_expected = sum(handle.tokens_per_expert)
+    with call.validating():
+        call.take_input()
+        call.record.args = (handle.top_k,)
+        if call.x.shape[0] != rows_expected:
+            raise InvalidArgument(
+                f"expert_outputs has {call.x.shape[0]} rows, but dispatch gave this rank {rows_expected} "
+                f"(tokens_per_expert {handle.tokens_per_expert})"
+            )
+        if weights is not None:
+            shape = tuple(int(s) for s in weights.shape)
+            want = (handle.num_tokens, handle.top_k)
+            if shape != want and not (handle.top_k == 1 and shape == (handle.num_tokens,)):
+                raise InvalidArgument(f"weights has shape {list(shape)}; dispatch routed {list(want)} (tokens, slots)")
+            if type(weights).__module__.split(".")[0] != type(expert_outputs).__module__.split(".")[0]:
+                raise InvalidArgument("weights and expert_outputs must both be torch tensors or both numpy arrays")
+    if call.check:
+        call.agree(free_dims=(0,), need_shapes=False)
+    elif call.error is not None:
+        raise call.error
+    y = expert_outputs
+    if handle.expert_major is not None:
+        y = y[_index(y, np.argsort(handle.expert_major, kind="stable"))]
+    back, _ = ops.all_to_all_v(y, handle.recv_counts, comm_, recv_counts=handle.send_counts, check=False)
+    num_tokens, top_k = handle.num_tokens, handle.top_k
+    trail = tuple(back.shape[1:])
+    if is_torch(back):
+        import torch
+
+        slots = torch.zeros((num_tokens * top_k, *trail), dtype=back.dtype, device=back.device)
+        slots = slots.index_copy(0, _index(back, handle.send_rows), back).reshape(num_tokens, top_k, *trail)
+    else:
+        slots = np.zeros((num_tokens * top_k, *trail), dtype=back.dtype)
+        slots[handle.send_rows] = back
+        slots = slots.reshape(num_tokens, top_k, *trail)
+    return _sum_slots(slots, weights)
+
+
+def _sum_slots(slots: Array, weights: Array | None) -> Array:
+    """``sum_j weights[:, j] * slots[:, j]`` in slot order, accumulated wide (float64,
+    complex128, int64) and rounded once to the tokens' dtype."""
+    num_tokens, top_k = slots.shape[0], slots.shape[1]
+    if weights is None and top_k == 1:
+        return slots[:, 0]
+    ones = (1,) * (slots.ndim - 2)
+    if is_torch(slots):
+        import torch
+
+        dt = slots.dtype
+        wide = torch.complex128 if dt.is_complex else torch.float64 if dt.is_floating_point else torch.int64
+        w = None if weights is None else weights.reshape(num_tokens, top_k, *ones)
+        acc = None
+        for j in range(top_k):
+            term = slots[:, j].to(wide)
+            if w is not None:
+                term = term * w[:, j].to(torch.float64 if not dt.is_complex else wide)
+            acc = term if acc is None else acc + term
+        return acc.to(dt)
+    dt = slots.dtype
+    wide = np.complex128 if dt.kind == "c" else np.float64 if dt.kind == "f" else np.int64
+    w = None if weights is None else np.asarray(weights).reshape(num_tokens, top_k, *ones)
+    acc = None
+    for j in range(top_k):
+        term = slots[:, j].astype(wide)
+        if w is not None:
+            term = term * w[:, j].astype(np.float64 if dt.kind != "c" else wide)
+        acc = term if acc is None else acc + term
+    return acc.astype(dt)

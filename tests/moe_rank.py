@@ -1,0 +1,189 @@
+"""Rank-side runners for the all_to_all_v, MoE and autograd tests (importable by rank processes)."""
+
+from __future__ import annotations
+
+import traceback
+
+import numpy as np
+
+import reshard as rs
+from oracle import all_to_all_v_expected, moe_expected, pattern
+
+
+def _rows(case: dict, rank: int) -> np.ndarray:
+    """Rank ``rank``'s rows; values encode (rank, row, column) so a misrouted row shows."""
+    total = sum(case["counts"][rank])
+    shape = (total, *case["trail"])
+    return pattern(shape, case["dtype"], salt=rank + 1)
+
+
+def _as(kind: str, a: np.ndarray):
+    if kind == "numpy":
+        return a
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _np(a) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else a.detach().numpy()
+
+
+def _same(got, want) -> bool:
+    got = np.ascontiguousarray(_np(got))
+    return got.shape == want.shape and got.dtype == want.dtype and np.array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
+def run_a2av(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
+    out = []
+    for case in cases:
+        try:
+            r, n = comm.rank, comm.size
+            rows = [_rows(case, i) for i in range(n)]
+            x = _as(case["kind"], rows[r])
+            got, recv_counts = rs.all_to_all_v(x, case["counts"][r])
+            want = all_to_all_v_expected(rows, case["counts"], r)
+            problem = None
+            if not _same(got, want):
+                problem = f"received {_np(got).shape} differs from the oracle {want.shape}"
+            elif recv_counts != [case["counts"][i][r] for i in range(n)]:
+                problem = f"recv_counts {recv_counts}"
+            elif type(got) is not type(x):
+                problem = "type changed"
+            else:  # the reverse exchange, without a count exchange, brings the rows home
+                back, _ = rs.all_to_all_v(got, recv_counts, recv_counts=case["counts"][r], check=False)
+                if not _same(back, rows[r]):
+                    problem = "the reverse exchange did not bring the rows back"
+            out.append(problem)
+        except Exception as exc:
+            out.append(f"rank {comm.rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    return out
+
+
+def moe_inputs(case: dict, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tokens (small integers, exact in any float dtype), expert ids and dyadic weights summing to one."""
+    rng = np.random.default_rng(case["seed"] * 101 + rank)
+    t, k = case["tokens"][rank], case["k"]
+    tokens = (pattern((t, case["hidden"]), "int32", salt=rank + 1) % 1000).astype(case["dtype"])
+    ids = rng.integers(0, case["experts"], size=(t, k))
+    if case.get("flat_ids") and k == 1:
+        ids = ids[:, 0]
+    raw = rng.integers(1, 4, size=(t, k)).astype(np.float64)
+    weights = raw / raw.sum(axis=1, keepdims=True) if k else raw
+    weights = np.round(weights * 64) / 64  # dyadic ...
+    weights[:, -1] = 1.0 - weights[:, :-1].sum(axis=1)  # ... and summing to exactly one
+    return tokens, ids, weights.astype(case["dtype"])
+
+
+def run_moe(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
+    out = []
+    for case in cases:
+        try:
+            out.append(_moe_case(comm, case))
+        except Exception as exc:
+            out.append(f"rank {comm.rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    return out
+
+
+def _moe_case(comm: rs.Comm, case: dict) -> str | None:
+    r, n = comm.rank, comm.size
+    inputs = [moe_inputs(case, i) for i in range(n)]
+    tokens, ids, weights = (_as(case["kind"], a) for a in inputs[r])
+    before = _np(tokens).copy()
+    expert_in, handle = rs.moe.dispatch(tokens, ids, num_experts=case["experts"], capacity=case.get("capacity"))
+    all_ids = [a[1][:, None] if a[1].ndim == 1 else a[1] for a in inputs]
+    want, per_expert, dropped, kept = moe_expected([a[0] for a in inputs], all_ids, case["experts"], case.get("capacity"), r)
+    if not _same(expert_in, want):
+        return f"expert_inputs {_np(expert_in).shape} differ from the oracle {want.shape}"
+    if handle.tokens_per_expert != per_expert:
+        return f"tokens_per_expert {handle.tokens_per_expert} != {per_expert}"
+    if sorted(map(tuple, handle.dropped.tolist())) != dropped[r]:
+        return f"dropped {handle.dropped.tolist()} != {dropped[r]}"
+    # Experts: expert e multiplies by (e + 1); combine must give sum_j kept * w * (e + 1) * token.
+    local = case["experts"] // n
+    scale = np.concatenate([np.full(c, r * local + le + 1) for le, c in enumerate(per_expert)] or [np.zeros(0)])
+    outputs = _np(expert_in) * scale.reshape(-1, 1).astype(_np(expert_in).dtype)
+    combined = rs.moe.combine(_as(case["kind"], outputs), handle, weights)
+    tok, idr, w = inputs[r][0], all_ids[r], inputs[r][2]
+    acc = np.zeros(tok.shape, dtype=np.float64)
+    for t in range(tok.shape[0]):
+        for j in range(idr.shape[1]):
+            if kept[(r, t, j)]:
+                acc[t] += float(w[t, j]) * (idr[t, j] + 1) * tok[t].astype(np.float64)
+    if not _same(combined, acc.astype(tok.dtype)):
+        return "combine differs from the oracle"
+    if case.get("capacity") is None and np.allclose(case["k"], 1):
+        back = rs.moe.combine(expert_in, handle)  # identity experts, top-1: the input exactly
+        if not _same(back, tok):
+            return "top-1 round trip is not exact"
+    if case.get("capacity") is None:
+        back = rs.moe.combine(expert_in, handle, weights)  # weights sum to exactly one
+        if not _same(back, tok):
+            return "weighted round trip is not exact"
+    if not np.array_equal(before, _np(tokens)):
+        return "dispatch modified its input"
+    return None
+
+
+def capacity_winners(comm: rs.Comm):
+    tokens = np.ones((4, 2), dtype=np.float32)
+    ids = np.zeros(4, dtype=np.int64)  # every token of every rank wants expert 0
+    _, handle = rs.moe.dispatch(tokens, ids, num_experts=4, capacity=2)
+    return handle.tokens_per_expert, handle.dropped.tolist()
+
+
+def gradients(comm: rs.Comm) -> dict[str, bool]:
+    """Gradients through every differentiable op, against what one process computes for the
+    same loss. Values are small integers in float64, so the expected gradients are exact."""
+    import torch
+
+    r, n = comm.rank, comm.size
+    checks: dict[str, bool] = {}
+    A = torch.arange(7 * 5, dtype=torch.float64).reshape(7, 5)
+    G = (torch.arange(7 * 5, dtype=torch.float64).reshape(7, 5) * 3 + 1) % 11
+    pairs = [(rs.Shard(0), rs.Shard(1)), (rs.Shard(1), rs.Shard(0)), (rs.Shard(0), rs.Replicate()),
+             (rs.Replicate(), rs.Shard(1)), (rs.Partial(), rs.Shard(0)), (rs.Partial(), rs.Replicate()),
+             (rs.Shard(1), rs.Partial()), (rs.Shard(0), rs.Shard(0))]
+    for src, dst in pairs:
+        x = (A if not isinstance(src, rs.Shard) else rs.local_shard(A, src, r, n)).clone().requires_grad_()
+        out = rs.redistribute(x, src, dst)
+        g_out = G if not isinstance(dst, rs.Shard) else rs.local_shard(G, dst, r, n)
+        (out * g_out).sum().backward()
+        # one process: loss = <redistributed, G> summed over ranks; its gradient wrt each
+        # rank's input is G's part under the input's placement (all of G for Replicate/Partial)
+        want = G if not isinstance(src, rs.Shard) else rs.local_shard(G, src, r, n)
+        checks[f"redistribute {src}->{dst}"] = torch.equal(x.grad, want)
+    # permutations: with loss = sum(out * (2 out + 1)), d loss / d x = 2 x + 1 wherever x went
+    for s, c, split in [(1, 0, None), (0, 1, None), (0, 0, None), (1, 1, None), (1, 0, [4] + [0] * (n - 1)), (2, 0, None)]:
+        x = (torch.arange(6 * 4 * 3, dtype=torch.float64).reshape(6, 4, 3) + 100 * r).requires_grad_()
+        if split is not None:
+            split = [x.shape[s]] + [0] * (n - 1)
+        out = rs.all_to_all(x, s, c, split_sizes=split)
+        (out * (2 * out + 1).detach()).sum().backward()
+        checks[f"all_to_all s={s} c={c} split={split}"] = torch.equal(x.grad, 2 * x.detach() + 1)
+    x = (torch.arange(9 * 2, dtype=torch.float64).reshape(9, 2) + 100 * r).requires_grad_()
+    counts = [(r + 2 * j) % 4 for j in range(n)]
+    counts[-1] += 9 - sum(counts) if sum(counts) <= 9 else 0
+    counts = counts if sum(counts) == 9 else [9] + [0] * (n - 1)
+    out, _ = rs.all_to_all_v(x, counts)
+    (out * (2 * out + 1).detach()).sum().backward()
+    checks["all_to_all_v"] = torch.equal(x.grad, 2 * x.detach() + 1)
+    # dispatch -> experts (expert e scales by e + 1) -> combine with weights
+    case = dict(seed=7, tokens=[5 + i for i in range(n)], hidden=3, experts=2 * n, k=2, capacity=4, dtype="float64")
+    tok_np, ids_np, w_np = moe_inputs(case, r)
+    tokens = torch.from_numpy(tok_np).requires_grad_()
+    weights = torch.from_numpy(w_np).requires_grad_()
+    expert_in, handle = rs.moe.dispatch(tokens, torch.from_numpy(ids_np), num_experts=case["experts"], capacity=4)
+    local = case["experts"] // n
+    scale = torch.cat([torch.full((c, 1), float(r * local + le + 1), dtype=torch.float64)
+                       for le, c in enumerate(handle.tokens_per_expert)])
+    out = rs.moe.combine(expert_in * scale, handle, weights)
+    C = (torch.arange(out.numel(), dtype=torch.float64).reshape(out.shape) % 5) - 2
+    (out * C).sum().backward()
+    kept = torch.from_numpy(handle.kept).to(torch.float64)
+    factor = kept * torch.from_numpy(ids_np + 1).to(torch.float64)  # [T, k]: kept * (e + 1)
+    want_x = (factor * weights.detach()).sum(1, keepdim=True) * C
+    want_w = factor * (tokens.detach() * C).sum(1, keepdim=True)
+    checks["dispatch/combine d/dtokens"] = torch.allclose(tokens.grad, want_x, rtol=1e-12, atol=0)
+    checks["dispatch/combine d/dweights"] = torch.allclose(weights.grad, want_w, rtol=1e-12, atol=0)
+    return checks

@@ -1,0 +1,164 @@
+"""all_to_all_v and MoE dispatch/combine on real ranks against the numpy oracle, their bad
+input, and gradients of every differentiable op against a one-process reference."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import moe_rank
+import reshard as rs
+from rank_fns import call_op
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+ENGINES = ["gloo", pytest.param("mpi", marks=pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed"))]
+# Each example starts real ranks, so shrinking (hundreds of jobs) would dominate the run; a
+# failure still prints the whole failing example, which is small by construction.
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate])
+DTYPES = ["float32", "float64", "int8", "int64", "bool", "complex64", "float16"]
+
+
+@st.composite
+def a2av_batch(draw):
+    n = draw(st.integers(1, 4))
+    cases = []
+    for _ in range(draw(st.integers(1, 6))):
+        counts = [draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)) for _ in range(n)]
+        trail = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
+        cases.append(dict(counts=counts, trail=trail, dtype=draw(st.sampled_from(DTYPES)),
+                          kind=draw(st.sampled_from(["torch", "numpy"]))))
+    return n, cases
+
+
+@SETTINGS
+@given(a2av_batch())
+def test_all_to_all_v_matches_the_oracle(example):
+    n, cases = example
+    for rank, problems in enumerate(rs.spawn(moe_rank.run_a2av, n, args=(cases,), timeout=120)):
+        assert problems == [None] * len(cases), (rank, [(c, p) for c, p in zip(cases, problems) if p])
+
+
+@st.composite
+def moe_batch(draw):
+    n = draw(st.integers(1, 4))
+    cases = []
+    for _ in range(draw(st.integers(1, 4))):
+        k = draw(st.integers(1, 3))
+        cases.append(dict(
+            seed=draw(st.integers(0, 10_000)), tokens=draw(st.lists(st.integers(0, 9), min_size=n, max_size=n)),
+            hidden=draw(st.integers(1, 4)), experts=n * draw(st.integers(1, 3)), k=k,
+            capacity=draw(st.one_of(st.none(), st.integers(0, 6))), dtype=draw(st.sampled_from(["float32", "float64"])),
+            kind=draw(st.sampled_from(["torch", "numpy"])), flat_ids=draw(st.booleans()),
+        ))
+    return n, cases
+
+
+@SETTINGS
+@given(moe_batch())
+def test_dispatch_combine_match_the_oracle(example):
+    n, cases = example
+    for rank, problems in enumerate(rs.spawn(moe_rank.run_moe, n, args=(cases,), timeout=120)):
+        assert problems == [None] * len(cases), (rank, [(c, p) for c, p in zip(cases, problems) if p])
+
+
+FIXED_MOE = [
+    dict(seed=1, tokens=[0, 0, 0], hidden=2, experts=3, k=1, capacity=None),  # nobody has tokens
+    dict(seed=2, tokens=[5, 0, 7], hidden=3, experts=6, k=2, capacity=None),  # a rank without tokens
+    dict(seed=3, tokens=[8, 8, 8], hidden=1, experts=3, k=3, capacity=0),  # everything dropped
+    dict(seed=4, tokens=[9, 4, 6], hidden=2, experts=9, k=2, capacity=2),  # tight capacity
+    dict(seed=5, tokens=[6, 6, 6], hidden=4, experts=3, k=1, capacity=100, flat_ids=True),
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_dispatch_combine_edge_cases(engine):
+    cases = [dict(c, dtype="float32", kind=kind) for c in FIXED_MOE for kind in ("torch", "numpy")]
+    for rank, problems in enumerate(rs.spawn(moe_rank.run_moe, 3, engine=engine, args=(cases,), timeout=120)):
+        assert problems == [None] * len(cases), (rank, [(c, p) for c, p in zip(cases, problems) if p])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_all_to_all_v_on_every_engine(engine):
+    cases = [dict(counts=[[0, 3, 1], [2, 0, 0], [4, 4, 4]], trail=(2,), dtype=d, kind=k)
+             for d in ("float32", "int64", "bool") for k in ("torch", "numpy")]
+    cases.append(dict(counts=[[0, 0, 0]] * 3, trail=(), dtype="float64", kind="numpy"))
+    for problems in rs.spawn(moe_rank.run_a2av, 3, engine=engine, args=(cases,), timeout=120):
+        assert problems == [None] * len(cases)
+
+
+def test_handle_reports_drops_in_order():
+    """Capacity 2 for one expert that every token picks: ranks 0's first two tokens win."""
+    results = rs.spawn(moe_rank.capacity_winners, 2, timeout=60)
+    assert results[0] == ([2, 0], [[2, 0], [3, 0]])  # rank 0 (expert 0, 1): two kept, its tokens 2, 3 dropped
+    assert results[1] == ([0, 0], [[0, 0], [1, 0], [2, 0], [3, 0]])
+
+
+A = ("array", (6, 2))
+BAD = {
+    "counts do not add up": ("all_to_all_v", [dict(x=A, send_counts=[2, 2, 2]), dict(x=A, send_counts=[1, 1, 1]),
+                                              dict(x=A, send_counts=[3, 3, 0])], "InvalidArgument", "rank 1"),
+    "negative count": ("all_to_all_v", dict(x=A, send_counts=[7, -1, 0]), "InvalidArgument", "negative"),
+    "too few counts": ("all_to_all_v", dict(x=A, send_counts=[6]), "InvalidArgument", "one per rank"),
+    "float counts": ("all_to_all_v", dict(x=A, send_counts=[2.0, 2, 2]), "InvalidArgument", "int"),
+    "trailing dims differ": ("all_to_all_v", [dict(x=("array", (6, 3)), send_counts=[2, 2, 2])] + [dict(x=A, send_counts=[2, 2, 2])] * 2,
+                             "MismatchError", "dim 1"),
+    "recv_counts wrong": ("all_to_all_v", dict(x=A, send_counts=[2, 2, 2], recv_counts=[2, 2, 1]), "MismatchError", "recv_counts"),
+    "experts not a multiple": ("moe.dispatch", dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=4), "InvalidArgument", "multiple"),
+    "expert id out of range": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3)] * 2
+                               + [dict(tokens=A, expert_ids=("ids", [0, 1, 2, 3, 0, 0]), num_experts=3)], "InvalidArgument", "rank 2"),
+    "float expert ids": ("moe.dispatch", dict(tokens=A, expert_ids=("array", (6,), "float32"), num_experts=3), "UnsupportedDType", "integers"),
+    "ids shape": ("moe.dispatch", dict(tokens=A, expert_ids=("array", (5,), "int64"), num_experts=3), "InvalidArgument", "[T]"),
+    "negative capacity": ("moe.dispatch", dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, capacity=-1), "InvalidArgument", "capacity"),
+    "num_experts differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3)] * 2
+                            + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=6)], "MismatchError", "num_experts"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_fails_on_every_rank(name):
+    op, kwargs, cls, word = BAD[name]
+    for rank, (kind, message) in enumerate(rs.spawn(call_op, 3, args=(op, kwargs), timeout=60)):
+        assert kind == cls, f"rank {rank}: {kind}: {message}"
+        assert word in message, f"rank {rank}: {message!r} does not mention {word!r}"
+
+
+def test_bad_counts_fail_everywhere_with_the_check_off():
+    kwargs = [dict(x=A, send_counts=[2, 2, 2], check=False), dict(x=A, send_counts=[1, 1, 1], check=False),
+              dict(x=A, send_counts=[2, 2, 2], check=False)]
+    for rank, (kind, message) in enumerate(rs.spawn(call_op, 3, args=("all_to_all_v", kwargs), timeout=60)):
+        assert kind == "InvalidArgument" and "rank 1" in message, (rank, kind, message)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_gradients_match_a_one_process_reference(engine):
+    results = rs.spawn(moe_rank.gradients, 3, engine=engine, timeout=120)
+    for rank, checks in enumerate(results):
+        failed = [name for name, ok in checks.items() if not ok]
+        assert not failed, (rank, failed)
+        assert len(checks) >= 10
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_example_moe_layer_matches_one_process(engine):
+    examples = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    sys.path.insert(0, str(examples))
+    try:
+        import moe_layer
+    finally:
+        sys.path.remove(str(examples))
+    sys.path.append(str(examples))  # rank processes import the example by name
+    try:
+        ours, reference = moe_layer.run(engine, steps=5)
+    finally:
+        sys.path.remove(str(examples))
+    assert len(ours) == len(reference) == 5
+    assert max(abs(a - b) for a, b in zip(ours, reference)) <= 1e-5, (ours, reference)
+    assert ours[-1] < ours[0]  # it trains
+    assert np.isfinite(ours).all()
