@@ -11,6 +11,7 @@ from .errors import ReshardError
 from .layout import Shard, parse_placement
 from .messages import LANGS, say
 
+BENCH_METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")
 DEMO_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "complex64")
 
 
@@ -79,13 +80,28 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--lang", choices=LANGS, default="en")
     plan.add_argument("--alpha", type=float, default=20e-6, help="seconds per message (latency), default 20e-6")
     plan.add_argument("--beta", type=float, default=1 / 5e9, help="seconds per byte (1 / bandwidth), default 1/5e9")
+    bench = sub.add_parser("bench", help="time reshard's collectives beside the raw engine, DTensor and memcpy")
+    bench.add_argument("--engine", choices=("gloo", "mpi"), default="gloo")
+    bench.add_argument("--ranks", type=_positive, default=4, help="number of local ranks (default 4)")
+    bench.add_argument("--op", choices=("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe"), default="redistribute")
+    bench.add_argument("--sizes", default="64K..64M", help="bytes per rank: START..END (x4 steps) or a list 1M,16M (default 64K..64M)")
+    bench.add_argument("--factor", type=_positive, default=4, help="step between sizes in START..END (default 4)")
+    bench.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64", "int8"), default="float32")
+    bench.add_argument("--methods", default=",".join(BENCH_METHODS), help=f"comma list of {', '.join(BENCH_METHODS)}")
+    bench.add_argument("--iters", type=int, default=0, help="timed iterations per method and size (default: by size)")
+    bench.add_argument("--warmup", type=int, default=2, help="untimed runs per method and size first (default 2)")
+    bench.add_argument("--numpy", action="store_true", help="MPI engine: time numpy arrays instead of torch tensors")
+    bench.add_argument("--json", metavar="FILE", help="write every row, sample and ratio as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="draw busbw against size for each method, floor included")
+    bench.add_argument("--timeout", type=float, default=1800.0)
+    bench.add_argument("--no-color", action="store_true")
     return parser
 
 
 def _console(no_color: bool = False):
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True, no_color=no_color or None)
+    return Console(highlight=False, soft_wrap=False, no_color=no_color or None)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -150,10 +166,40 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    try:
+        sizes = bench.parse_sizes(args.sizes, args.factor)
+    except (ValueError, IndexError) as exc:
+        print(f"reshard bench: cannot read --sizes {args.sizes!r}: {exc}", file=sys.stderr)
+        return 2
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in BENCH_METHODS]
+    if unknown or not methods:
+        print(f"reshard bench: unknown method(s) {unknown}; choose from {', '.join(BENCH_METHODS)}", file=sys.stderr)
+        return 2
+    if args.op == "moe" and 8 % args.ranks:
+        print("reshard bench: --op moe places 8 experts, so --ranks must be 1, 2, 4 or 8", file=sys.stderr)
+        return 2
+    console = _console(args.no_color)
+    if not console.is_terminal:
+        console.width = 160  # a log or a pipe: keep every column whole
+    rows = bench.run_bench(args.engine, args.ranks, args.op, sizes, args.dtype, methods, args.iters, args.warmup,
+                           args.timeout, show_progress=console.is_terminal, numpy_kit=args.numpy)
+    bench.render(console, rows, args.engine, args.ranks, args.op)
+    meta = {"engine": args.engine, "ranks": args.ranks, "op": args.op, "dtype": args.dtype, "command": sys.argv}
+    if args.json:
+        bench.write_json(args.json, rows, meta)
+    if args.plot:
+        bench.plot(args.plot, rows, f"{args.op}, {args.ranks} ranks, {args.engine}")
+    return 1 if any(r.wrong for r in rows) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"demo": cmd_demo, "plan": cmd_plan, "explain": cmd_explain}[args.command](args)
+        return {"demo": cmd_demo, "plan": cmd_plan, "explain": cmd_explain, "bench": cmd_bench}[args.command](args)
     except ReshardError as exc:
         print(say("cli.error", getattr(args, "lang", "en"), error=exc), file=sys.stderr)
         return 2

@@ -7,11 +7,13 @@ the world size, ``r`` this rank, ``sizes = split_sizes or shard_sizes(x.shape[sp
 
 Copy budget (element copies outside the engine, per op):
 
-* all_to_all: one pack copy, unless every piece is already a contiguous run of ``x`` (``x``
-  contiguous and all dims before ``split_dim`` of size 1, e.g. ``split_dim=0``); one unpack
-  copy, unless the received pieces stacked in rank order already are the result (all dims
-  before ``concat_dim`` of size 1, e.g. ``concat_dim=0``). So Shard(0)->Shard(1) costs one pack
-  and no unpack; Shard(1)->Shard(0) no pack and one unpack.
+* all_to_all: the own piece is copied straight from ``x`` into the result and never goes
+  through the engine. The other pieces: one pack copy, unless each is already a run of ``x``
+  (``x`` contiguous, all dims before ``split_dim`` of size 1); no unpack when the received
+  pieces stacked in rank order already are the result (all dims before ``concat_dim`` of size
+  1) and the exchange is above ONE_CALL_MAX_BYTES per rank, one unpack otherwise. So at 16 MiB
+  Shard(0)->Shard(1) costs one pack and no unpack, Shard(1)->Shard(0) no pack and one unpack.
+  On MPI, contiguous inputs take the datatype path: no pack and no unpack at all.
 * all_gather / gather: none when ``dim`` is the leading dim and sizes are even; one unpack
   otherwise (uneven all_gather pads: one more).
 * reduce_scatter: the pack as in all_to_all, then the rank-ordered reduction.
@@ -20,6 +22,7 @@ Copy budget (element copies outside the engine, per op):
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -111,6 +114,7 @@ class _Call:
         self.record = _check.Record(op=op, arg_names=tuple(arg_names))
         self.error: ReshardError | None = None
         self.stats = ExchangeStats(op)
+        self.overlapped: Any = None
 
     @contextlib.contextmanager
     def validating(self) -> Iterator[None]:
@@ -149,18 +153,26 @@ class _Call:
         self.x = x
 
     def agree(
-        self, free_dims: Sequence[int] = (), need_shapes: bool = True, per_rank_splits: bool = False
+        self, free_dims: Sequence[int] = (), need_shapes: bool = True, per_rank_splits: bool = False,
+        while_waiting: Any = None,
     ) -> list[tuple[int, ...]] | None:
         """Run the check (if on) or the metadata exchange (if needed); raise on any problem.
 
         Returns every rank's input shape, or None when neither check nor shapes were needed.
+        ``while_waiting()`` (local work, e.g. the pack) runs while the records are in flight,
+        unless this rank's input was already found invalid; its result is ``self.overlapped``.
         """
         if not self.check and not need_shapes:
             if self.error is not None:
                 raise self.error
+            if while_waiting is not None:
+                self.overlapped = while_waiting()
             return None
         raw = _check.encode(self.record, self.size)
-        gathered = self.impl.allgather_bytes(raw, f"{self.op} (check)")
+        finish = self.impl.start_allgather_bytes(raw, f"{self.op} (check)")
+        if while_waiting is not None and self.error is None:
+            self.overlapped = while_waiting()  # local work (the pack) while the records travel
+        gathered = finish()
         self.stats.metadata_exchanges += 1
         records = [_check.decode(row, self.size, self.record.arg_names) for row in gathered]
         if self.error is None and self.record.error_code:  # e.g. too many dims, found by encode
@@ -254,23 +266,223 @@ def _split_table(
 
 
 def _all_to_all_core(
-    call: _Call, x: Array, s: int, c: int, splits: Sequence[Sequence[int]], shapes: Sequence[Sequence[int]]
+    call: _Call, x: Array, s: int, c: int, splits: Sequence[Sequence[int]], shapes: Sequence[Sequence[int]],
+    sent: _PeerSend | None = None,
 ) -> Array:
-    """The exchange, given every rank's input shape and split table (no communication to learn them)."""
+    """The exchange, given every rank's input shape and split table (no communication to learn
+    them). ``sent``: this rank's send side (``_PeerSend``), when already packed (the pack
+    runs while the check's exchange is in flight)."""
     n, rank = call.size, call.rank
     recv_shapes = [_with_dim(shapes[i], s, splits[i][rank]) for i in range(n)]
     out_shape = _with_dim(recv_shapes[0], c, sum(r[c] for r in recv_shapes))
-    if _typed_exchange_fits(call, x, s, c, out_shape):
+    if sent is None and _typed_exchange_fits(call, x, s, c, out_shape):
         return _typed_exchange(call, x, s, c, splits[rank], recv_shapes, out_shape)
-    send, send_shapes = _pack(call, x, s, splits[rank])
-    return _exchange(call, send, send_shapes, recv_shapes, out_shape, c, x)
+    if sent is None:
+        sent = _PeerSend(call, x, s, splits[rank])
+    # Decided from every rank's shape, so every rank makes the same number of engine calls.
+    largest = max(numel(shape) for shape in shapes) * call.kit.itemsize(x)
+    one_call = largest <= ONE_CALL_MAX_BYTES or not getattr(call.impl, "overlaps_calls", False)
+    return _split_exchange(call, x, s, c, splits[rank], sent, recv_shapes, out_shape, one_call)
+
+
+# Below this many bytes per rank the exchange is one engine call into a side buffer plus an
+# unpack copy, rather than two calls straight into the result: a gloo call costs about
+# 230 us on 2 cores, more than unpacking a few MiB (benchmarks/RESULTS.md).
+ONE_CALL_MAX_BYTES = 4 << 20
+
+
+def _uses_typed_path(call: _Call, x: Array) -> bool:
+    """Whether the MPI datatype path may take this input (decided finally by _typed_exchange_fits)."""
+    return hasattr(call.impl, "subarray") and call.kit.is_contiguous(x)
+
+
+# -- the byte-exchange path (every engine; the only one on torch.distributed) ---------------
+#
+# The rank's own piece never goes through the engine: it is copied straight from x into the
+# result. The other pieces travel in two calls of the engine's variable all-to-all, one that
+# moves data from lower to higher ranks and one from higher to lower, because the receive
+# side of one call must be one run of memory: pieces from lower ranks land before the own
+# piece, pieces from higher ranks after it. Both calls are asynchronous on torch.distributed,
+# so the own-piece copy runs while the bytes move. The pack buffer is kept between calls
+# (page-faulting a fresh 16 MiB buffer costs more than packing into it, measured).
+
+_scratch_cache: dict[Any, Array] = {}
+
+
+def _scratch(call: _Call, count: int, like: Array) -> Array:
+    """A 1-D buffer of ``count`` elements like ``like``, reused across calls (not zeroed)."""
+    item = call.kit.itemsize(like)
+    nbytes = count * item
+    key = (call.kit.name, str(getattr(like, "device", "cpu")))
+    cached = _scratch_cache.get(key)
+    if cached is None or cached.shape[0] < nbytes:
+        if is_torch(like):
+            cached = sys.modules["torch"].empty(max(nbytes, 64), dtype=sys.modules["torch"].uint8, device=like.device)
+        else:
+            import numpy as np
+
+            cached = np.empty(max(nbytes, 64), dtype=np.uint8)
+        _scratch_cache[key] = cached
+        call.stats.allocated_bytes += cached.shape[0]
+    return cached[:nbytes].view(like.dtype)
+
+
+def release_buffers() -> None:
+    """Drop the pack buffers kept between calls (they are at most one shard per device)."""
+    _scratch_cache.clear()
+
+
+class _PeerSend:
+    """What this rank sends, cut along ``s`` into ``sizes``: ``lo()`` the pieces for ranks below
+    it (one run, rank order), ``hi()`` those for ranks above. Views of ``x`` when its pieces
+    already are runs of memory; else each side is packed once, on first use, into the kept
+    buffer (own piece skipped), so the second side can be packed while the first one travels."""
+
+    def __init__(self, call: _Call, x: Array, s: int, sizes: Sequence[int]):
+        self.call, self.x, self.s, self.sizes = call, x, s, tuple(sizes)
+        kit, rank = call.kit, call.rank
+        self.before, self.after = numel(x.shape[:s]), numel(x.shape[s + 1 :])
+        self.starts = offsets(sizes)
+        own_start, own_end = self.starts[rank], self.starts[rank] + sizes[rank]
+        self.runs = kit.is_contiguous(x) and self.before == 1
+        if self.runs:
+            flat = x.reshape(-1)
+            self.views = [flat[: own_start * self.after], flat[own_end * self.after :]]
+            self.done = [True, True]
+            return
+        lo_count = self.before * own_start * self.after
+        hi_count = self.before * (x.shape[s] - own_end) * self.after
+        buf = _scratch(call, lo_count + hi_count, like=x)
+        self.views = [buf[:lo_count], buf[lo_count:]]
+        self.done = [False, False]
+        self.x3 = x.reshape(self.before, x.shape[s], self.after) if kit.is_contiguous(x) else None
+
+    def lo(self) -> Array:
+        return self._side(0, 0, self.call.rank)
+
+    def hi(self) -> Array:
+        return self._side(1, self.call.rank + 1, len(self.sizes))
+
+    def both(self) -> _PeerSend:
+        self.lo()
+        self.hi()
+        return self
+
+    def _side(self, which: int, first: int, last: int) -> Array:
+        view = self.views[which]
+        if self.done[which]:
+            return view
+        self.done[which] = True
+        if first == last or view.shape[0] == 0:
+            return view
+        kit, sizes, starts, x = self.call.kit, self.sizes, self.starts, self.x
+        k = sizes[first]
+        if self.x3 is not None and all(sizes[j] == k for j in range(first, last)):
+            # equal pieces: one strided copy of a [pieces, before, k, after] view
+            src = self.x3[:, starts[first] : starts[last - 1] + k].reshape(self.before, last - first, k, self.after)
+            kit.copy(view.reshape(last - first, self.before, k, self.after), _swap01(src))
+        else:
+            at = 0
+            for j in range(first, last):
+                shape = _with_dim(x.shape, self.s, sizes[j])
+                m = numel(shape)
+                if m:
+                    kit.copy(view[at : at + m].reshape(tuple(shape)), _narrow(x, self.s, starts[j], sizes[j]))
+                at += m
+        self.call.stats.pack_copies = max(self.call.stats.pack_copies, 1)  # both sides: one copy of x
+        return view
+
+
+def _adjacent(call: _Call, x: Array, sent: _PeerSend) -> Array:
+    """The lower and higher pieces as one run (packing them together when they are not)."""
+    lo, hi = sent.lo(), sent.hi()
+    n_lo, n_hi = lo.shape[0], hi.shape[0]
+    item = call.kit.itemsize(x)
+    if n_hi == 0:
+        return lo
+    if n_lo == 0:
+        return hi
+    if _data_ptr(lo) + n_lo * item == _data_ptr(hi):
+        return _as_run(lo, n_lo + n_hi)
+    buf = _scratch(call, n_lo + n_hi, like=x)
+    call.kit.copy(buf[:n_lo], lo)
+    call.kit.copy(buf[n_lo:], hi)
+    call.stats.pack_copies += 1
+    return buf
+
+
+def _as_run(first: Array, count: int) -> Array:
+    """The ``count`` elements starting at ``first[0]`` (they are known to be one run)."""
+    if is_torch(first):
+        return first.as_strided((count,), (1,))
+    import numpy as np
+
+    return np.lib.stride_tricks.as_strided(first, shape=(count,), strides=(first.itemsize,), writeable=False)
+
+
+def _swap01(a: Array) -> Array:
+    return a.transpose(0, 1) if is_torch(a) else a.swapaxes(0, 1)
+
+
+def _split_exchange(
+    call: _Call, x: Array, s: int, c: int, send_sizes: Sequence[int], sent: _PeerSend,
+    recv_shapes: Sequence[Sequence[int]], out_shape: Sequence[int], one_call: bool = False,
+) -> Array:
+    """Own piece copied directly; the others in one engine call (into a side buffer, then
+    unpacked) or two (straight into the result when it allows, see above)."""
+    kit, impl, rank, n = call.kit, call.impl, call.rank, call.size
+    item = kit.itemsize(x)
+    send_bytes = [numel(_with_dim(x.shape, s, k)) * item for k in send_sizes]
+    recv_bytes = [numel(shape) * item for shape in recv_shapes]
+    out = _alloc(call, out_shape, like=x)
+    direct = numel(out_shape[:c]) == 1 and not one_call
+    lengths = [shape[c] for shape in recv_shapes]
+    starts = offsets(lengths)
+    if direct:  # pieces from lower ranks, own piece, pieces from higher ranks: runs of out
+        flat = out.reshape(-1)
+        own_at = sum(recv_bytes[:rank]) // item
+        recv_lo, recv_hi = flat[:own_at], flat[own_at + recv_bytes[rank] // item :]
+        call.stats.recv_buffer_ptr = _data_ptr(out)
+    else:
+        temp = _alloc(call, [(sum(recv_bytes) - recv_bytes[rank]) // item], like=x)
+        split = sum(recv_bytes[:rank]) // item
+        recv_lo, recv_hi = temp[:split], temp[split:]
+        call.stats.recv_buffer_ptr = _data_ptr(temp)
+    call.stats.bytes_sent += sum(send_bytes) - send_bytes[rank]
+    call.stats.bytes_received += sum(recv_bytes) - recv_bytes[rank]
+    up_send = [b if j > rank else 0 for j, b in enumerate(send_bytes)]
+    up_recv = [b if i < rank else 0 for i, b in enumerate(recv_bytes)]
+    down_send = [b if j < rank else 0 for j, b in enumerate(send_bytes)]
+    down_recv = [b if i > rank else 0 for i, b in enumerate(recv_bytes)]
+    waits = []
+    b = kit.bytes_of
+    if n > 1 and one_call:  # [lower | higher] pieces in one run each side; own count 0
+        own_out = [v if j != rank else 0 for j, v in enumerate(send_bytes)]
+        own_in = [v if i != rank else 0 for i, v in enumerate(recv_bytes)]
+        waits.append(impl.alltoallv_async(b(temp), b(_adjacent(call, x, sent)), own_in, own_out, call.op))
+    elif n > 1:  # the lower side is packed while the upward call is in flight
+        waits.append(impl.alltoallv_async(b(recv_lo), b(sent.hi()), up_recv, up_send, call.op))
+        waits.append(impl.alltoallv_async(b(recv_hi), b(sent.lo()), down_recv, down_send, call.op))
+    if lengths[rank] and numel(recv_shapes[rank]):
+        own_start = sum(send_sizes[:rank])
+        kit.copy(_narrow(out, c, starts[rank], lengths[rank]), _narrow(x, s, own_start, send_sizes[rank]))
+    for wait in waits:
+        wait()
+    if not direct:
+        shapes = [sh for i, sh in enumerate(recv_shapes) if i != rank]
+        places = [(starts[i], lengths[i]) for i in range(n) if i != rank]
+        for view, (start, length) in zip(_segments(kit, temp, shapes), places):
+            if length and numel(view.shape):
+                kit.copy(_narrow(out, c, start, length), view)
+        call.stats.unpack_copies += 1
+    return out
 
 
 # The MPI engine's datatype path moves pieces straight from ``x`` into the result: one
 # subarray datatype per peer on each side, so neither a pack nor an unpack buffer exists.
 # It pays off once the pack copy would cost more than MPI's own datatype walk; the threshold
 # comes from ``reshard bench --engine mpi`` (benchmarks/RESULTS.md).
-TYPED_MIN_BYTES = 0
+TYPED_MIN_BYTES = int(os.environ.get("RESHARD_MPI_TYPED_MIN_BYTES", "0"))
 _INT_MAX = 2**31 - 1
 
 
@@ -351,14 +563,23 @@ def all_to_all(
         if split_sizes is not None:
             sizes = _sizes_arg(split_sizes, call.x.shape[s], call.size)
             call.record.split_sizes = sizes
-    shapes = call.agree(free_dims=(c,))
+    shapes = call.agree(free_dims=(c,), while_waiting=_pack_while_waiting(call, s, sizes))
     splits = _split_table(s, sizes, shapes)
-    out = _all_to_all_core(call, call.x, s, c, splits, shapes)
+    out = _all_to_all_core(call, call.x, s, c, splits, shapes, call.overlapped)
     if _wants_grad(x):
         from . import autograd
 
         out = autograd.attach_all_to_all(x, out, call.comm, s, c, splits, shapes)
     return call.result(out)
+
+
+def _pack_while_waiting(call: _Call, s: int, sizes: Sequence[int] | None) -> Any:
+    """The pack as a job to run during the check, where the byte path will need one."""
+    x = call.x
+    if call.error is not None or _uses_typed_path(call, x):
+        return None
+    own = tuple(sizes) if sizes is not None else shard_sizes(x.shape[s], call.size)
+    return lambda: _PeerSend(call, x, s, own).both()
 
 
 def _wants_grad(x: Any) -> bool:
@@ -638,7 +859,9 @@ def redistribute(
         call.numpy_in = False
         return call.result(x)  # the caller's own object: nothing moved, nothing copied
     needs_lengths = src_shard is not None and gshape is None
-    shapes = call.agree(free_dims=free, need_shapes=needs_lengths)
+    shard_to_shard = isinstance(s_pl, Shard) and isinstance(d_pl, Shard)
+    pack = _pack_while_waiting(call, d_pl.dim, None) if shard_to_shard else None
+    shapes = call.agree(free_dims=free, need_shapes=needs_lengths, while_waiting=pack)
     xt = call.x
     n, rank = call.size, call.rank
     if src_shard is not None:
@@ -646,7 +869,7 @@ def redistribute(
             gshape = _global_from_shapes(call, shapes, src_shard)
         shapes = [tuple(_with_dim(gshape, src_shard, k)) for k in shard_sizes(gshape[src_shard], n)]
     if isinstance(s_pl, Shard) and isinstance(d_pl, Shard):
-        out = _all_to_all_core(call, xt, d_pl.dim, s_pl.dim, _split_table(d_pl.dim, None, shapes), shapes)
+        out = _all_to_all_core(call, xt, d_pl.dim, s_pl.dim, _split_table(d_pl.dim, None, shapes), shapes, call.overlapped)
     elif isinstance(s_pl, Shard) and isinstance(d_pl, Replicate):
         out = _gather_core(call, xt, s_pl.dim, shapes, None)
     elif isinstance(s_pl, Partial) and isinstance(d_pl, Shard):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,6 +98,27 @@ class MPIEngine:
         finally:
             _free([t for _, _, t in sends + recvs])
 
+    def alltoallv_async(
+        self, recv: Any, send: Any, recv_counts: Sequence[int], send_counts: Sequence[int], what: str
+    ) -> Callable[[], None]:
+        """Runs ``alltoallv`` now (shared memory finishes it faster than a handoff would help)."""
+        self.alltoallv(recv, send, recv_counts, send_counts, what)
+        return _done
+
+    def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], np.ndarray]:
+        """``allgather_bytes`` started; call the result to wait (bounded by the timeout)."""
+        src = np.ascontiguousarray(send, dtype=np.uint8)
+        out = np.empty((self.size, src.size), dtype=np.uint8)
+        with self._guard(what):
+            req = self.mpi_comm.Iallgather([src, MPI.BYTE], [out, MPI.BYTE])
+
+        def finish() -> np.ndarray:
+            with self._guard(what):
+                self._wait(req, what)
+            return out
+
+        return finish
+
     def alltoallw(self, recv: Any, send: Any, recv_types: Sequence[Any], send_types: Sequence[Any], what: str) -> None:
         """One datatype per peer on each side (from ``subarray``; None for nothing): no pack, no unpack."""
         sends = [(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in send_types]
@@ -167,6 +188,10 @@ class MPIEngine:
             with contextlib.suppress(MPI.Exception):
                 self.mpi_comm.Free()
             self.mpi_comm = MPI.COMM_NULL
+
+
+def _done() -> None:
+    return None
 
 
 def _displs(counts: Sequence[int]) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -35,6 +35,7 @@ def engine_errors(what: str, rank: int, timeout: float) -> Iterator[None]:
 
 class TorchEngine:
     kit_name = "torch"
+    overlaps_calls = True  # async collectives run on gloo's own thread while Python packs
 
     def __init__(self, group: Any, rank: int, size: int, name: str, timeout: float, owns_group: bool):
         self.group = group
@@ -60,6 +61,39 @@ class TorchEngine:
             dist.all_to_all_single(
                 recv, send, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts), group=self.group
             )
+
+    def alltoallv_async(
+        self, recv: torch.Tensor, send: torch.Tensor, recv_counts: Sequence[int], send_counts: Sequence[int], what: str
+    ) -> Callable[[], None]:
+        """``alltoallv`` started in the background; call the result to wait for it."""
+        with self._guard(what):
+            work = dist.all_to_all_single(
+                recv, send, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts),
+                group=self.group, async_op=True,
+            )
+
+        def wait() -> None:
+            with self._guard(what):
+                work.wait()
+
+        return wait
+
+    def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], Any]:
+        """``allgather_bytes`` started in the background; call the result for the [size, L] array."""
+        import numpy as np
+
+        device = "cuda" if self.name == "nccl" else "cpu"
+        src = torch.from_numpy(np.ascontiguousarray(send)).to(device)
+        out = torch.empty(self.size * src.numel(), dtype=torch.uint8, device=device)
+        with self._guard(what):
+            work = dist.all_gather_single(out, src, group=self.group, async_op=True)
+
+        def finish() -> Any:
+            with self._guard(what):
+                work.wait()
+            return out.cpu().numpy().reshape(self.size, -1)
+
+        return finish
 
     def allgather(self, recv: torch.Tensor, send: torch.Tensor, what: str) -> None:
         """Every rank's ``send`` (equal byte lengths), stacked in rank order into ``recv``."""
