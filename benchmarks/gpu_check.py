@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in parse_sizes(args.sizes):
         report["pack"].append(pack_bandwidth(device, size))
     comm.close()
-    os.rmdir(store_dir) if not os.listdir(store_dir) else None
+    shutil.rmtree(store_dir, ignore_errors=True)
     print(f"device: {report['device']}")
     for name, ok in report["checks"].items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}")

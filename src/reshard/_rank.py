@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 import signal
 import sys
 import traceback
@@ -75,9 +76,14 @@ def run(
     except BaseException as exc:  # everything goes back to the parent, with its traceback
         payload = ("error", type(exc).__name__, traceback.format_exc())
     try:
-        conn.send(payload)
+        # Plain pickle, by value: multiprocessing's own pickler would hand tensors over as
+        # shared-memory file descriptors, which vanish when this rank exits before the parent
+        # has picked them up (seen as "died without reporting").
+        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # e.g. a return value that cannot be pickled
-        conn.send(("error", type(exc).__name__, f"rank {rank}: could not send its return value back: {exc}"))
+        data = pickle.dumps(("error", type(exc).__name__, f"rank {rank}: could not send its return value back: {exc}"))
+    try:
+        conn.send_bytes(data)
     finally:
         conn.close()
     if comm is not None and ok:

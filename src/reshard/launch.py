@@ -149,7 +149,7 @@ def _collect(
             conn = conns[rank]
             if obj is conn or conn.poll():
                 try:
-                    msg = conn.recv()
+                    msg = pickle.loads(conn.recv_bytes())  # from our own child, over a local pipe
                 except (EOFError, OSError):
                     msg = None
             else:

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every figure in benchmarks/RESULTS.md, one command each. Run from the repository root after
+# `make setup`; JSON and plots land in benchmarks/results/. Takes about 15 minutes on 2 cores.
+set -euo pipefail
+R=.venv/bin/reshard
+OUT=benchmarks/results
+mkdir -p "$OUT"
+for n in 2 3 4; do
+  $R bench --engine gloo --ranks "$n" --op redistribute --sizes 64K..64M --json "$OUT/gloo-redistribute-$n.json" --plot "$OUT/gloo-redistribute-$n.png"
+done
+for n in 2 3 4; do
+  $R bench --engine mpi --ranks "$n" --op redistribute --sizes 64K..64M --json "$OUT/mpi-redistribute-$n.json" --plot "$OUT/mpi-redistribute-$n.png"
+done
+$R bench --engine gloo --ranks 4 --op moe --sizes 16M --json "$OUT/gloo-moe-4.json"
+$R bench --engine mpi --ranks 4 --op moe --sizes 16M --json "$OUT/mpi-moe-4.json"
+$R bench --engine gloo --ranks 4 --op all_gather --sizes 1M,16M --json "$OUT/gloo-all_gather-4.json"
+$R bench --engine gloo --ranks 4 --op reduce_scatter --sizes 1M,16M --json "$OUT/gloo-reduce_scatter-4.json"
+.venv/bin/python benchmarks/summarize.py "$OUT"/*.json > "$OUT/summary.md"

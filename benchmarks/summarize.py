@@ -1,0 +1,39 @@
+"""Markdown tables from `reshard bench --json` files (used to write RESULTS.md).
+
+    python benchmarks/summarize.py benchmarks/results/*.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from reshard.bench import human
+
+
+def table(path: str) -> str:
+    with open(path) as f:
+        data = json.load(f)
+    meta, rows = data["meta"], data["rows"]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    lines = [f"**{meta['op']}, {meta['ranks']} ranks, {meta['engine']}** (`{' '.join(meta['command'][-12:])}`)", ""]
+    lines.append("| size | " + " | ".join(f"{m} (us)" for m in methods) + " | reshard / raw | reshard-nocheck / raw | "
+                 "dtensor / reshard | reshard / memcpy | #wrong | extra mem |")
+    lines.append("|" + "---|" * (len(methods) + 7))
+    for entry in data["ratios"]:
+        size = entry["size"]
+        at = {r["method"]: r for r in rows if r["size"] == size}
+        cells = [f"{at[m]['time_us']:,.0f}" for m in methods]
+        def ratio(key: str) -> str:
+            return f"{entry[key]:.2f}x" if key in entry else "-"
+        dt = f"{entry['dtensor speedup']:.1f}x" if "dtensor speedup" in entry else "-"
+        wrong = sum(r["wrong"] for r in at.values())
+        extra = at.get("reshard", {}).get("extra_bytes", -1)
+        lines.append(f"| {human(size)} | " + " | ".join(cells) + f" | {ratio('reshard / raw')} | "
+                     f"{ratio('reshard-nocheck / raw')} | {dt} | {ratio('reshard / memcpy')} | {wrong} | "
+                     f"{human(extra) if extra >= 0 else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print("\n".join(table(p) for p in sys.argv[1:]))

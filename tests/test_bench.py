@@ -1,0 +1,68 @@
+"""reshard bench: every op and engine runs, checks its results and writes JSON and a plot.
+Timing targets live in benchmarks/RESULTS.md, never here: these tests check behaviour."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from reshard import bench
+from test_cli import reshard_cli
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+
+
+def test_sizes_parse():
+    assert bench.parse_sizes("64K..1M") == [64 << 10, 256 << 10, 1 << 20]
+    assert bench.parse_sizes("1M,16M") == [1 << 20, 16 << 20]
+    assert bench.parse_sizes("4K..64K", factor=2) == [4096, 8192, 16384, 32768, 65536]
+    with pytest.raises(ValueError):
+        bench.parse_sizes("1M..64K")
+
+
+def test_wrong_counts_elements():
+    want = np.arange(12.0).reshape(3, 4)
+    got = want.copy()
+    got[1, 2] = -1
+    got[2, 0] = -1
+    assert bench._wrong(got, want) == 2
+    assert bench._wrong(want[:2], want) == want.size  # a wrong shape is all wrong
+
+
+@pytest.mark.parametrize("op", ["redistribute", "all_to_all", "all_gather", "reduce_scatter", "moe"])
+def test_bench_runs_and_checks(op, tmp_path):
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    run = reshard_cli("bench", "--ranks", "2", "--op", op, "--sizes", "64K,256K", "--iters", "2", "--warmup", "1",
+                      "--json", str(out), "--plot", str(png), timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads(out.read_text())
+    methods = {r["method"] for r in data["rows"]}
+    assert {"reshard", "reshard-nocheck", "raw", "memcpy"} <= methods
+    if op in ("redistribute", "all_to_all"):
+        assert "dtensor" in methods
+    assert all(r["wrong"] == 0 for r in data["rows"])
+    assert {r["size"] for r in data["rows"]} == {64 << 10, 256 << 10}
+    assert all(r["time_us"] > 0 and len(r["samples"]) == 2 for r in data["rows"])
+    assert "reshard / raw" in data["ratios"][0]
+    for word in ("algbw", "busbw", "#wrong", "ratios"):
+        assert word in run.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+def test_bench_on_mpi(tmp_path):
+    out = tmp_path / "r.json"
+    run = reshard_cli("bench", "--engine", "mpi", "--ranks", "2", "--sizes", "64K", "--iters", "2", "--json", str(out), timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["method"] for r in rows} == {"reshard", "reshard-nocheck", "raw", "memcpy"}
+    assert all(r["wrong"] == 0 for r in rows)
+
+
+def test_bench_rejects_bad_options():
+    assert reshard_cli("bench", "--sizes", "lots").returncode == 2
+    assert reshard_cli("bench", "--methods", "fast").returncode == 2
+    assert reshard_cli("bench", "--op", "moe", "--ranks", "3").returncode == 2
