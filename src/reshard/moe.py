@@ -202,9 +202,9 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     Returns:
       ``[T, *F']`` in the original token order: ``sum over slots j of weights[t, j] * out(t, j)``
       (weights None: the plain sum; top-1 without weights: the row itself). Dropped pairs
-      contribute zero. Float results are accumulated in float64 and rounded once, so identity
-      experts with weights summing to one give the input back. Differentiable on torch (with
-      respect to the outputs and the weights).
+      contribute zero. With identity experts and weights that sum to one (within 4k ulps) the
+      input comes back bit for bit (see ``_sum_slots``). Differentiable on torch (with respect
+      to the outputs and the weights).
     """
     if not isinstance(handle, MoEHandle):
         raise InvalidArgument(f"handle must be the MoEHandle returned by dispatch, got {type(handle).__name__}")
@@ -237,44 +237,75 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])
     if is_torch(back):
-        import torch
-
-        slots = torch.zeros((num_tokens * top_k, *trail), dtype=back.dtype, device=back.device)
-        slots = slots.index_copy(0, _index(back, handle.send_rows), back).reshape(num_tokens, top_k, *trail)
+        slots = back.new_zeros((num_tokens * top_k, *trail))
+        slots.index_copy_(0, _index(back, handle.send_rows), back)
     else:
         slots = np.zeros((num_tokens * top_k, *trail), dtype=back.dtype)
         slots[handle.send_rows] = back
-        slots = slots.reshape(num_tokens, top_k, *trail)
-    return _sum_slots(slots, weights)
+    return _sum_slots(slots.reshape(num_tokens, top_k, *trail), weights, handle.kept)
 
 
-def _sum_slots(slots: Array, weights: Array | None) -> Array:
-    """``sum_j weights[:, j] * slots[:, j]`` in slot order, accumulated wide (float64,
-    complex128, int64) and rounded once to the tokens' dtype."""
+def _sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
+    """``sum_j weights[:, j] * slots[:, j]`` over kept slots, written as
+    ``s * y_0 + sum_{j>0} w_j * (y_j - y_0)`` with ``s = sum_j w_j``: the same sum, but when
+    every slot holds the same row (identity experts) and the weights sum to one it returns that
+    row bit for bit. A sum within ``4 k`` ulps of one counts as one (float32 softmax weights
+    miss one by an ulp about one time in eight); its gradient still flows."""
     num_tokens, top_k = slots.shape[0], slots.shape[1]
     if weights is None and top_k == 1:
         return slots[:, 0]
     ones = (1,) * (slots.ndim - 2)
+    torch_in = is_torch(slots)
+    floating = (slots.dtype.is_floating_point or slots.dtype.is_complex) if torch_in else slots.dtype.kind in "fc"
+    if not floating:
+        return _sum_slots_int(slots, weights)
+    if torch_in:
+        import torch
+
+        w = torch.ones((num_tokens, top_k), dtype=slots.dtype, device=slots.device) if weights is None \
+            else weights.reshape(num_tokens, top_k).to(slots.dtype)
+        w = w * torch.from_numpy(kept).to(device=slots.device, dtype=slots.dtype)
+        total = w.sum(dim=1)
+        eps = torch.finfo(slots.real.dtype if slots.dtype.is_complex else slots.dtype).eps
+        snap = (total - 1).abs() <= 4 * top_k * eps
+        total = torch.where(snap, total + (1 - total).detach(), total)
+        base = slots[:, 0]
+        out = base * total.reshape(num_tokens, *ones)
+        for j in range(1, top_k):
+            out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))
+        return out
+    w = np.ones((num_tokens, top_k)) if weights is None else np.asarray(weights).reshape(num_tokens, top_k)
+    w = (w * kept).astype(slots.dtype)
+    total = w.sum(axis=1)
+    eps = np.finfo(slots.dtype).eps
+    total = np.where(np.abs(total - 1) <= 4 * top_k * eps, np.ones_like(total), total)
+    base = slots[:, 0]
+    out = base * total.reshape(num_tokens, *ones)
+    for j in range(1, top_k):
+        out += (slots[:, j] - base) * w[:, j].reshape(num_tokens, *ones)
+    return out
+
+
+def _sum_slots_int(slots: Array, weights: Array | None) -> Array:
+    """Integer and bool rows: the sum in int64 (weights, if any, applied in float64), rounded once."""
+    num_tokens, top_k = slots.shape[0], slots.shape[1]
+    ones = (1,) * (slots.ndim - 2)
     if is_torch(slots):
         import torch
 
-        dt = slots.dtype
-        wide = torch.complex128 if dt.is_complex else torch.float64 if dt.is_floating_point else torch.int64
-        w = None if weights is None else weights.reshape(num_tokens, top_k, *ones)
-        acc = None
-        for j in range(top_k):
+        wide = torch.float64 if weights is not None else torch.int64
+        acc = slots[:, 0].to(wide) * (1 if weights is None else weights.reshape(num_tokens, top_k)[:, 0].to(wide).reshape(num_tokens, *ones))
+        for j in range(1, top_k):
             term = slots[:, j].to(wide)
-            if w is not None:
-                term = term * w[:, j].to(torch.float64 if not dt.is_complex else wide)
-            acc = term if acc is None else acc + term
-        return acc.to(dt)
-    dt = slots.dtype
-    wide = np.complex128 if dt.kind == "c" else np.float64 if dt.kind == "f" else np.int64
-    w = None if weights is None else np.asarray(weights).reshape(num_tokens, top_k, *ones)
-    acc = None
+            if weights is not None:
+                term = term * weights.reshape(num_tokens, top_k)[:, j].to(wide).reshape(num_tokens, *ones)
+            acc = acc + term
+        return acc.to(slots.dtype)
+    wide = np.float64 if weights is not None else np.int64
+    acc = np.zeros((num_tokens, *slots.shape[2:]), dtype=wide)
     for j in range(top_k):
         term = slots[:, j].astype(wide)
-        if w is not None:
-            term = term * w[:, j].astype(np.float64 if dt.kind != "c" else wide)
-        acc = term if acc is None else acc + term
-    return acc.astype(dt)
+        if weights is not None:
+            term = term * np.asarray(weights, dtype=np.float64).reshape(num_tokens, top_k)[:, j].reshape(num_tokens, *ones)
+        acc += term
+    return acc.astype(slots.dtype)
