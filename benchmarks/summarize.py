@@ -11,6 +11,10 @@ import sys
 from reshard.bench import human
 
 
+def _ratio(entry: dict, key: str) -> str:
+    return f"{entry[key]:.2f}x" if key in entry else "-"
+
+
 def table(path: str) -> str:
     with open(path) as f:
         data = json.load(f)
@@ -24,13 +28,11 @@ def table(path: str) -> str:
         size = entry["size"]
         at = {r["method"]: r for r in rows if r["size"] == size}
         cells = [f"{at[m]['time_us']:,.0f}" for m in methods]
-        def ratio(key: str) -> str:
-            return f"{entry[key]:.2f}x" if key in entry else "-"
         dt = f"{entry['dtensor speedup']:.1f}x" if "dtensor speedup" in entry else "-"
         wrong = sum(r["wrong"] for r in at.values())
         extra = at.get("reshard", {}).get("extra_bytes", -1)
-        lines.append(f"| {human(size)} | " + " | ".join(cells) + f" | {ratio('reshard / raw')} | "
-                     f"{ratio('reshard-nocheck / raw')} | {dt} | {ratio('reshard / memcpy')} | {wrong} | "
+        lines.append(f"| {human(size)} | " + " | ".join(cells) + f" | {_ratio(entry, 'reshard / raw')} | "
+                     f"{_ratio(entry, 'reshard-nocheck / raw')} | {dt} | {_ratio(entry, 'reshard / memcpy')} | {wrong} | "
                      f"{human(extra) if extra >= 0 else '-'} |")
     return "\n".join(lines) + "\n"
 
