@@ -435,13 +435,20 @@ def _split_exchange(
     send_bytes = [numel(_with_dim(x.shape, s, k)) * item for k in send_sizes]
     recv_bytes = [numel(shape) * item for shape in recv_shapes]
     out = _alloc(call, out_shape, like=x)
-    direct = numel(out_shape[:c]) == 1 and not one_call
+    stacked = numel(out_shape[:c]) == 1  # the pieces stacked in rank order are the result
+    direct = stacked and not one_call
     lengths = [shape[c] for shape in recv_shapes]
     starts = offsets(lengths)
-    if direct:  # pieces from lower ranks, own piece, pieces from higher ranks: runs of out
+    own_at, own_len = sum(recv_bytes[:rank]) // item, recv_bytes[rank] // item
+    hi_len = sum(recv_bytes[rank + 1 :]) // item
+    # One call into the result itself: the higher pieces land own_len too early and are moved
+    # up afterwards, in own-piece-sized steps (so no step overlaps), instead of needing a side
+    # buffer: the peak stays at one pack buffer. Many tiny steps would cost more than the buffer.
+    shifted = stacked and one_call and (hi_len == 0 or own_len == 0 or hi_len <= 64 * own_len)
+    if direct or shifted:  # pieces from lower ranks, own piece, pieces from higher ranks: runs of out
         flat = out.reshape(-1)
-        own_at = sum(recv_bytes[:rank]) // item
-        recv_lo, recv_hi = flat[:own_at], flat[own_at + recv_bytes[rank] // item :]
+        recv_lo, recv_hi = flat[:own_at], flat[own_at + own_len :]
+        temp = flat[: own_at + hi_len]
         call.stats.recv_buffer_ptr = _data_ptr(out)
     else:
         temp = _alloc(call, [(sum(recv_bytes) - recv_bytes[rank]) // item], like=x)
@@ -463,12 +470,24 @@ def _split_exchange(
     elif n > 1:  # the lower side is packed while the upward call is in flight
         waits.append(impl.alltoallv_async(b(recv_lo), b(sent.hi()), up_recv, up_send, call.op))
         waits.append(impl.alltoallv_async(b(recv_hi), b(sent.lo()), down_recv, down_send, call.op))
-    if lengths[rank] and numel(recv_shapes[rank]):
+    own_piece = lengths[rank] and numel(recv_shapes[rank])
+    if own_piece and not shifted:
         own_start = sum(send_sizes[:rank])
         kit.copy(_narrow(out, c, starts[rank], lengths[rank]), _narrow(x, s, own_start, send_sizes[rank]))
     for wait in waits:
         wait()
-    if not direct:
+    if shifted:
+        if own_len and hi_len:
+            end = own_at + hi_len
+            while end > own_at:
+                start = max(own_at, end - own_len)
+                kit.copy(flat[start + own_len : end + own_len], flat[start:end])
+                end = start
+            call.stats.unpack_copies += 1
+        if own_piece:
+            own_start = sum(send_sizes[:rank])
+            kit.copy(_narrow(out, c, starts[rank], lengths[rank]), _narrow(x, s, own_start, send_sizes[rank]))
+    elif not direct:
         shapes = [sh for i, sh in enumerate(recv_shapes) if i != rank]
         places = [(starts[i], lengths[i]) for i in range(n) if i != rank]
         for view, (start, length) in zip(_segments(kit, temp, shapes), places):
