@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 from typing import Any
 
 from .errors import InvalidArgument, ReshardError
@@ -49,6 +50,9 @@ class Comm:
 
     def close(self) -> None:
         global _current
+        ops = sys.modules.get("reshard.ops")
+        if ops is not None:
+            ops.release_buffers()
         self._impl.close()
         if _current is self:
             _current = None

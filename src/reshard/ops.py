@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -306,7 +307,7 @@ def _uses_typed_path(call: _Call, x: Array) -> bool:
 # so the own-piece copy runs while the bytes move. The pack buffer is kept between calls
 # (page-faulting a fresh 16 MiB buffer costs more than packing into it, measured).
 
-_scratch_cache: dict[Any, Array] = {}
+_scratch_local = threading.local()  # per thread: two threads may run ops on two communicators
 
 
 def _scratch(call: _Call, count: int, like: Array) -> Array:
@@ -314,6 +315,7 @@ def _scratch(call: _Call, count: int, like: Array) -> Array:
     item = call.kit.itemsize(like)
     nbytes = count * item
     key = (call.kit.name, str(getattr(like, "device", "cpu")))
+    _scratch_cache = _scratch_local.__dict__.setdefault("buffers", {})
     cached = _scratch_cache.get(key)
     if cached is None or cached.shape[0] < nbytes:
         if is_torch(like):
@@ -328,8 +330,9 @@ def _scratch(call: _Call, count: int, like: Array) -> Array:
 
 
 def release_buffers() -> None:
-    """Drop the pack buffers kept between calls (they are at most one shard per device)."""
-    _scratch_cache.clear()
+    """Drop this thread's pack buffers kept between calls (at most one shard per device);
+    ``Comm.close()`` calls it."""
+    _scratch_local.__dict__.pop("buffers", None)
 
 
 class _PeerSend:
