@@ -120,6 +120,12 @@ def _moe_case(comm: rs.Comm, case: dict) -> str | None:
         back = rs.moe.combine(expert_in, handle, weights)  # weights sum to exactly one
         if not _same(back, tok):
             return "weighted round trip is not exact"
+        # softmax weights in the tokens' dtype sum to one only up to rounding: still exact
+        logits = np.random.default_rng(case["seed"] + r).standard_normal(weights.shape)
+        soft = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+        back = rs.moe.combine(expert_in, handle, _as(case["kind"], soft.astype(tok.dtype)))
+        if not _same(back, tok):
+            return "round trip with softmax weights is not exact"
     if not np.array_equal(before, _np(tokens)):
         return "dispatch modified its input"
     return None
