@@ -51,6 +51,7 @@ class MoEHandle:
     comm: Comm = field(repr=False)
     send_rows: np.ndarray = field(repr=False)  # pair index (t * k + slot) of each sent row, in send order
     expert_major: np.ndarray | None = field(repr=False)  # received row of each expert_inputs row (None: same order)
+    slot_rows: np.ndarray | None = field(default=None, repr=False)  # dropless: returned row of each (token, slot)
 
 
 def _index(like: Array, idx: np.ndarray) -> Any:
@@ -60,6 +61,16 @@ def _index(like: Array, idx: np.ndarray) -> Any:
 
         return torch.from_numpy(idx).to(like.device)
     return idx
+
+
+def _take_rows(a: Array, idx: np.ndarray) -> Array:
+    """``a[idx]`` along dim 0. ``index_select`` rather than ``a[idx]``: 2.4 ms against 13.8 ms
+    for 8192 rows of 4 KiB on one core (advanced indexing walks element by element)."""
+    if is_torch(a):
+        import torch
+
+        return torch.index_select(a, 0, _index(a, idx))
+    return np.take(a, idx, axis=0)
 
 
 def _validate_ids(expert_ids: Any, num_tokens: int, num_experts: int) -> np.ndarray:
@@ -179,15 +190,16 @@ def dispatch(
             or [np.zeros(0, dtype=np.int64)]
         ).astype(np.int64)
 
-    rows = tokens[_index(tokens, send_rows // top_k)]  # the pack: one gather of the routed rows
+    rows = _take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
     received, _ = ops.all_to_all_v(rows, send_counts, comm_, recv_counts=recv_counts, check=False)
-    expert_inputs = received if expert_major is None else received[_index(received, expert_major)]
+    expert_inputs = received if expert_major is None else _take_rows(received, expert_major)
     handle = MoEHandle(
         tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
         dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
         kept=kept.reshape(num_tokens, top_k),
         send_counts=send_counts, recv_counts=recv_counts, counts=counts, num_experts=experts, top_k=top_k,
         num_tokens=num_tokens, comm=comm_, send_rows=send_rows, expert_major=expert_major,
+        slot_rows=np.argsort(send_rows, kind="stable") if dropped_pairs.size == 0 else None,
     )
     return expert_inputs, handle
 
@@ -232,11 +244,13 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
         raise call.error
     y = expert_outputs
     if handle.expert_major is not None:
-        y = y[_index(y, np.argsort(handle.expert_major, kind="stable"))]
+        y = _take_rows(y, np.argsort(handle.expert_major, kind="stable"))
     back, _ = ops.all_to_all_v(y, handle.recv_counts, comm_, recv_counts=handle.send_counts, check=False)
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])
-    if is_torch(back):
+    if handle.slot_rows is not None:  # dropless: every (token, slot) has its row, so gather
+        slots = _take_rows(back, handle.slot_rows)
+    elif is_torch(back):
         slots = back.new_zeros((num_tokens * top_k, *trail))
         slots.index_copy_(0, _index(back, handle.send_rows), back)
     else:
@@ -270,6 +284,11 @@ def _sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
         snap = (total - 1).abs() <= 4 * top_k * eps
         total = torch.where(snap, total + (1 - total).detach(), total)
         base = slots[:, 0]
+        wants_grad = torch.is_grad_enabled() and weights is not None and weights.requires_grad
+        if top_k == 2 and bool(snap.all()) and not wants_grad:
+            # s == 1: y0 + w1 (y1 - y0) is one fused lerp (its gradient in w0 would be lost,
+            # hence only without a weight gradient)
+            return torch.lerp(base, slots[:, 1], w[:, 1].reshape(num_tokens, *ones))
         out = base * total.reshape(num_tokens, *ones)
         for j in range(1, top_k):
             out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))
