@@ -294,7 +294,8 @@ ONE_CALL_MAX_BYTES = 4 << 20
 
 def _uses_typed_path(call: _Call, x: Array) -> bool:
     """Whether the MPI datatype path may take this input (decided finally by _typed_exchange_fits)."""
-    return hasattr(call.impl, "subarray") and call.kit.is_contiguous(x)
+    nbytes = numel(x.shape) * call.kit.itemsize(x)
+    return hasattr(call.impl, "subarray") and call.kit.is_contiguous(x) and TYPED_MIN_BYTES <= nbytes <= TYPED_MAX_BYTES
 
 
 # -- the byte-exchange path (every engine; the only one on torch.distributed) ---------------
@@ -502,9 +503,12 @@ def _split_exchange(
 
 # The MPI engine's datatype path moves pieces straight from ``x`` into the result: one
 # subarray datatype per peer on each side, so neither a pack nor an unpack buffer exists.
-# It pays off once the pack copy would cost more than MPI's own datatype walk; the threshold
-# comes from ``reshard bench --engine mpi`` (benchmarks/RESULTS.md).
+# Measured faster than pack + byte exchange at every size up to 16 MiB per rank; the bounds
+# come from ``reshard bench --engine mpi`` (benchmarks/RESULTS.md).
 TYPED_MIN_BYTES = int(os.environ.get("RESHARD_MPI_TYPED_MIN_BYTES", "0"))
+# Above this the datatype path turned erratic here (4 ranks, 64 MiB: 47-425 ms per call against
+# 10-19 ms for the raw Alltoall), while pack + byte exchange stayed at 1.9-2.1x raw.
+TYPED_MAX_BYTES = int(os.environ.get("RESHARD_MPI_TYPED_MAX_BYTES", str(16 << 20)))
 _INT_MAX = 2**31 - 1
 
 
@@ -516,7 +520,7 @@ def _collapsed(shape: Sequence[int], dim: int) -> list[int]:
 def _typed_exchange_fits(call: _Call, x: Array, s: int, c: int, out_shape: Sequence[int]) -> bool:
     if not hasattr(call.impl, "subarray") or not call.kit.is_contiguous(x):
         return False
-    if numel(x.shape) * call.kit.itemsize(x) < TYPED_MIN_BYTES:
+    if not TYPED_MIN_BYTES <= numel(x.shape) * call.kit.itemsize(x) <= TYPED_MAX_BYTES:
         return False
     if numel(x.shape[:s]) == 1 and numel(out_shape[:c]) == 1:
         return False  # pieces and result are plain runs: the byte exchange copies nothing anyway
