@@ -13,7 +13,7 @@ Copy budget (element copies outside the engine, per op):
   pieces stacked in rank order already are the result (all dims before ``concat_dim`` of size
   1) and the exchange is above ONE_CALL_MAX_BYTES per rank, one unpack otherwise. So at 16 MiB
   Shard(0)->Shard(1) costs one pack and no unpack, Shard(1)->Shard(0) no pack and one unpack.
-  On MPI, contiguous inputs take the datatype path: no pack and no unpack at all.
+  On MPI, contiguous inputs up to TYPED_MAX_BYTES take the datatype path: no pack, no unpack.
 * all_gather / gather: none when ``dim`` is the leading dim and sizes are even; one unpack
   otherwise (uneven all_gather pads: one more).
 * reduce_scatter: the pack as in all_to_all, then the rank-ordered reduction.
