@@ -88,27 +88,27 @@ def encode(rec: Record, size: int) -> np.ndarray:
 
 def decode(raw: np.ndarray, size: int, arg_names: tuple[str, ...]) -> Record:
     n_int = _int_len(size)
-    ints = raw[: 8 * n_int].view(np.int64)
-    if int(ints[0]) != MAGIC:
+    ints = raw[: 8 * n_int].view(np.int64).tolist()  # plain ints: one conversion, not one per field
+    if ints[0] != MAGIC:
         raise ReshardError("a peer sent something that is not a reshard check record (is every rank running reshard?)")
-    ndim = int(ints[1])
+    ndim = ints[1]
     at = 6
-    shape = None if ndim < 0 or ndim > MAX_DIMS else tuple(int(v) for v in ints[at : at + ndim])
+    shape = None if ndim < 0 or ndim > MAX_DIMS else tuple(ints[at : at + ndim])
     at += MAX_DIMS
-    args = tuple(int(v) for v in ints[at : at + len(arg_names)])
+    args = tuple(ints[at : at + len(arg_names)])
     at += MAX_ARGS
-    gs = tuple(int(v) for v in ints[at : at + ndim]) if int(ints[4]) and shape is not None else None
+    gs = tuple(ints[at : at + ndim]) if ints[4] and shape is not None else None
     at += MAX_DIMS
-    n_split = int(ints[5])
-    split = tuple(int(v) for v in ints[at : at + n_split]) if int(ints[3]) else None
+    split = tuple(ints[at : at + ints[5]]) if ints[3] else None
+    text = raw[8 * n_int :].tobytes()
     texts = {}
-    pos = 8 * n_int
+    pos = 0
     for name, width in _TEXT_FIELDS:
-        texts[name] = bytes(raw[pos : pos + width]).rstrip(b"\0").decode("utf-8", "replace")
+        texts[name] = text[pos : pos + width].rstrip(b"\0").decode("utf-8", "replace")
         pos += width
     return Record(
         op=texts["op"], dtype=texts["dtype"], device=texts["device"], shape=shape, args=args,
-        split_sizes=split, global_shape=gs, error_code=int(ints[2]), message=texts["message"],
+        split_sizes=split, global_shape=gs, error_code=ints[2], message=texts["message"],
         arg_names=arg_names,
     )
 
