@@ -3,8 +3,10 @@ started by torchrun on each as they would be on two machines. Needs root and ipr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -82,16 +84,17 @@ def test_card_exchange_across_two_hosts(two_hosts, tmp_path):
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                "--node-rank", str(node), "--nproc-per-node", "2", "--master-addr", master, "--master-port", "29533",
                str(script), str(tmp_path)]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
     outputs = []
     try:
         for p in procs:
             out, _ = p.communicate(timeout=240)
             outputs.append(out)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for p in procs:  # the whole group: torchrun's ranks must not outlive a failed run
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
     assert sorted(f.name for f in tmp_path.glob("rank*")) == [f"rank{r}" for r in range(4)]

@@ -278,6 +278,9 @@ def _all_to_all_core(
     out_shape = _with_dim(recv_shapes[0], c, sum(r[c] for r in recv_shapes))
     if sent is None and _typed_exchange_fits(call, x, s, c, out_shape):
         return _typed_exchange(call, x, s, c, splits[rank], recv_shapes, out_shape)
+    if not getattr(call.impl, "split_exchange", True):
+        send, send_shapes = _pack(call, x, s, splits[rank])
+        return _exchange(call, send, send_shapes, recv_shapes, out_shape, c, x)
     if sent is None:
         sent = _PeerSend(call, x, s, splits[rank])
     # Decided from every rank's shape, so every rank makes the same number of engine calls.
@@ -602,7 +605,7 @@ def all_to_all(
 def _pack_while_waiting(call: _Call, s: int, sizes: Sequence[int] | None) -> Any:
     """The pack as a job to run during the check, where the byte path will need one."""
     x = call.x
-    if call.error is not None or _uses_typed_path(call, x):
+    if call.error is not None or _uses_typed_path(call, x) or not getattr(call.impl, "split_exchange", True):
         return None
     own = tuple(sizes) if sizes is not None else shard_sizes(x.shape[s], call.size)
     return lambda: _PeerSend(call, x, s, own).both()
