@@ -7,13 +7,13 @@ the world size, ``r`` this rank, ``sizes = split_sizes or shard_sizes(x.shape[sp
 
 Copy budget (element copies outside the engine, per op):
 
-* all_to_all: the own piece is copied straight from ``x`` into the result and never goes
-  through the engine. The other pieces: one pack copy, unless each is already a run of ``x``
+* all_to_all on torch engines: one pack copy, unless every piece is already a run of ``x``
   (``x`` contiguous, all dims before ``split_dim`` of size 1); no unpack when the received
   pieces stacked in rank order already are the result (all dims before ``concat_dim`` of size
-  1) and the exchange is above ONE_CALL_MAX_BYTES per rank, one unpack otherwise. So at 16 MiB
-  Shard(0)->Shard(1) costs one pack and no unpack, Shard(1)->Shard(0) no pack and one unpack.
-  On MPI, contiguous inputs up to TYPED_MAX_BYTES take the datatype path: no pack, no unpack.
+  1), one otherwise. So Shard(0)->Shard(1) costs one pack and no unpack, Shard(1)->Shard(0) no
+  pack and one unpack. On MPI, contiguous inputs up to TYPED_MAX_BYTES take the datatype path
+  (no pack, no unpack); the byte path there keeps the own piece out of the engine (copied
+  straight into the result) and packs only the others, once (see ``_split_exchange``).
 * all_gather / gather: none when ``dim`` is the leading dim and sizes are even; one unpack
   otherwise (uneven all_gather pads: one more).
 * reduce_scatter: the pack as in all_to_all, then the rank-ordered reduction.
