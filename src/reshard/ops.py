@@ -283,16 +283,7 @@ def _all_to_all_core(
         return _exchange(call, send, send_shapes, recv_shapes, out_shape, c, x)
     if sent is None:
         sent = _PeerSend(call, x, s, splits[rank])
-    # Decided from every rank's shape, so every rank makes the same number of engine calls.
-    largest = max(numel(shape) for shape in shapes) * call.kit.itemsize(x)
-    one_call = largest <= ONE_CALL_MAX_BYTES or not getattr(call.impl, "overlaps_calls", False)
-    return _split_exchange(call, x, s, c, splits[rank], sent, recv_shapes, out_shape, one_call)
-
-
-# Below this many bytes per rank the exchange is one engine call into a side buffer plus an
-# unpack copy, rather than two calls straight into the result: a gloo call costs about
-# 230 us on 2 cores, more than unpacking a few MiB (benchmarks/RESULTS.md).
-ONE_CALL_MAX_BYTES = 4 << 20
+    return _split_exchange(call, x, s, c, splits[rank], sent, recv_shapes, out_shape)
 
 
 def _uses_typed_path(call: _Call, x: Array) -> bool:
@@ -343,7 +334,7 @@ class _PeerSend:
     """What this rank sends, cut along ``s`` into ``sizes``: ``lo()`` the pieces for ranks below
     it (one run, rank order), ``hi()`` those for ranks above. Views of ``x`` when its pieces
     already are runs of memory; else each side is packed once, on first use, into the kept
-    buffer (own piece skipped), so the second side can be packed while the first one travels."""
+    buffer (own piece skipped), next to each other so ``_adjacent`` finds them one run."""
 
     def __init__(self, call: _Call, x: Array, s: int, sizes: Sequence[int]):
         self.call, self.x, self.s, self.sizes = call, x, s, tuple(sizes)
@@ -433,68 +424,48 @@ def _swap01(a: Array) -> Array:
 
 def _split_exchange(
     call: _Call, x: Array, s: int, c: int, send_sizes: Sequence[int], sent: _PeerSend,
-    recv_shapes: Sequence[Sequence[int]], out_shape: Sequence[int], one_call: bool = False,
+    recv_shapes: Sequence[Sequence[int]], out_shape: Sequence[int],
 ) -> Array:
-    """Own piece copied directly; the others in one engine call (into a side buffer, then
-    unpacked) or two (straight into the result when it allows, see above)."""
-    kit, impl, rank, n = call.kit, call.impl, call.rank, call.size
+    """Own piece copied straight from ``x``; the others in one engine call with the own count
+    0, into the result itself when the stacked pieces are the result, else into a side buffer
+    that is unpacked once."""
+    kit, rank, n = call.kit, call.rank, call.size
     item = kit.itemsize(x)
     send_bytes = [numel(_with_dim(x.shape, s, k)) * item for k in send_sizes]
     recv_bytes = [numel(shape) * item for shape in recv_shapes]
     out = _alloc(call, out_shape, like=x)
-    stacked = numel(out_shape[:c]) == 1  # the pieces stacked in rank order are the result
-    direct = stacked and not one_call
     lengths = [shape[c] for shape in recv_shapes]
     starts = offsets(lengths)
     own_at, own_len = sum(recv_bytes[:rank]) // item, recv_bytes[rank] // item
     hi_len = sum(recv_bytes[rank + 1 :]) // item
-    # One call into the result itself: the higher pieces land own_len too early and are moved
-    # up afterwards, in own-piece-sized steps (so no step overlaps), instead of needing a side
+    # Into the result itself: the higher pieces land own_len too early and are moved up
+    # afterwards, in own-piece-sized steps (so no step overlaps), instead of needing a side
     # buffer: the peak stays at one pack buffer. Many tiny steps would cost more than the buffer.
-    shifted = stacked and one_call and (hi_len == 0 or own_len == 0 or hi_len <= 64 * own_len)
-    if direct or shifted:  # pieces from lower ranks, own piece, pieces from higher ranks: runs of out
+    shifted = numel(out_shape[:c]) == 1 and (hi_len == 0 or own_len == 0 or hi_len <= 64 * own_len)
+    if shifted:
         flat = out.reshape(-1)
-        recv_lo, recv_hi = flat[:own_at], flat[own_at + own_len :]
         temp = flat[: own_at + hi_len]
         call.stats.recv_buffer_ptr = _data_ptr(out)
     else:
         temp = _alloc(call, [(sum(recv_bytes) - recv_bytes[rank]) // item], like=x)
-        split = sum(recv_bytes[:rank]) // item
-        recv_lo, recv_hi = temp[:split], temp[split:]
         call.stats.recv_buffer_ptr = _data_ptr(temp)
     call.stats.bytes_sent += sum(send_bytes) - send_bytes[rank]
     call.stats.bytes_received += sum(recv_bytes) - recv_bytes[rank]
-    up_send = [b if j > rank else 0 for j, b in enumerate(send_bytes)]
-    up_recv = [b if i < rank else 0 for i, b in enumerate(recv_bytes)]
-    down_send = [b if j < rank else 0 for j, b in enumerate(send_bytes)]
-    down_recv = [b if i > rank else 0 for i, b in enumerate(recv_bytes)]
-    waits = []
-    b = kit.bytes_of
-    if n > 1 and one_call:  # [lower | higher] pieces in one run each side; own count 0
+    if n > 1:  # [lower | higher] pieces in one run on each side; own count 0
         own_out = [v if j != rank else 0 for j, v in enumerate(send_bytes)]
         own_in = [v if i != rank else 0 for i, v in enumerate(recv_bytes)]
-        waits.append(impl.alltoallv_async(b(temp), b(_adjacent(call, x, sent)), own_in, own_out, call.op))
-    elif n > 1:  # the lower side is packed while the upward call is in flight
-        waits.append(impl.alltoallv_async(b(recv_lo), b(sent.hi()), up_recv, up_send, call.op))
-        waits.append(impl.alltoallv_async(b(recv_hi), b(sent.lo()), down_recv, down_send, call.op))
-    own_piece = lengths[rank] and numel(recv_shapes[rank])
-    if own_piece and not shifted:
+        call.impl.alltoallv(kit.bytes_of(temp), kit.bytes_of(_adjacent(call, x, sent)), own_in, own_out, call.op)
+    if shifted and own_len and hi_len:
+        end = own_at + hi_len
+        while end > own_at:
+            start = max(own_at, end - own_len)
+            kit.copy(flat[start + own_len : end + own_len], flat[start:end])
+            end = start
+        call.stats.unpack_copies += 1
+    if lengths[rank] and numel(recv_shapes[rank]):
         own_start = sum(send_sizes[:rank])
         kit.copy(_narrow(out, c, starts[rank], lengths[rank]), _narrow(x, s, own_start, send_sizes[rank]))
-    for wait in waits:
-        wait()
-    if shifted:
-        if own_len and hi_len:
-            end = own_at + hi_len
-            while end > own_at:
-                start = max(own_at, end - own_len)
-                kit.copy(flat[start + own_len : end + own_len], flat[start:end])
-                end = start
-            call.stats.unpack_copies += 1
-        if own_piece:
-            own_start = sum(send_sizes[:rank])
-            kit.copy(_narrow(out, c, starts[rank], lengths[rank]), _narrow(x, s, own_start, send_sizes[rank]))
-    elif not direct:
+    if not shifted:
         shapes = [sh for i, sh in enumerate(recv_shapes) if i != rank]
         places = [(starts[i], lengths[i]) for i in range(n) if i != rank]
         for view, (start, length) in zip(_segments(kit, temp, shapes), places):

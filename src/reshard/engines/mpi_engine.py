@@ -98,13 +98,6 @@ class MPIEngine:
         finally:
             _free([t for _, _, t in sends + recvs])
 
-    def alltoallv_async(
-        self, recv: Any, send: Any, recv_counts: Sequence[int], send_counts: Sequence[int], what: str
-    ) -> Callable[[], None]:
-        """Runs ``alltoallv`` now (shared memory finishes it faster than a handoff would help)."""
-        self.alltoallv(recv, send, recv_counts, send_counts, what)
-        return _done
-
     def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], np.ndarray]:
         """``allgather_bytes`` started; call the result to wait (bounded by the timeout)."""
         src = np.ascontiguousarray(send, dtype=np.uint8)
@@ -188,10 +181,6 @@ class MPIEngine:
             with contextlib.suppress(MPI.Exception):
                 self.mpi_comm.Free()
             self.mpi_comm = MPI.COMM_NULL
-
-
-def _done() -> None:
-    return None
 
 
 def _displs(counts: Sequence[int]) -> list[int]:

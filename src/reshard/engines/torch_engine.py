@@ -65,22 +65,6 @@ class TorchEngine:
                 recv, send, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts), group=self.group
             )
 
-    def alltoallv_async(
-        self, recv: torch.Tensor, send: torch.Tensor, recv_counts: Sequence[int], send_counts: Sequence[int], what: str
-    ) -> Callable[[], None]:
-        """``alltoallv`` started in the background; call the result to wait for it."""
-        with self._guard(what):
-            work = dist.all_to_all_single(
-                recv, send, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts),
-                group=self.group, async_op=True,
-            )
-
-        def wait() -> None:
-            with self._guard(what):
-                work.wait()
-
-        return wait
-
     def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], Any]:
         """``allgather_bytes``, run now: the result is ready when this returns.
 
