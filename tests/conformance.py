@@ -115,10 +115,10 @@ def _dim(d: int, ndim: int, neg: bool) -> int:
     return d - ndim if neg else d
 
 
-def run_all_to_all(comm: rs.Comm, case: dict) -> Any:
+def run_all_to_all(comm: rs.Comm, case: dict, salt: int = 0) -> Any:
     n, r = comm.size, comm.rank
     shape, s, c, dtype = tuple(case["shape"]), case["s"], case["c"], case["dtype"]
-    full = pattern(shape, dtype)
+    full = pattern(shape, dtype, salt)
     lengths = case.get("lengths") or balanced(shape[c], n)
     mine = take(full, c, starts(lengths)[r], starts(lengths)[r] + lengths[r])
     x = to_input(mine, dtype, case["kind"], case.get("layout", "contig"))
@@ -129,10 +129,10 @@ def run_all_to_all(comm: rs.Comm, case: dict) -> Any:
     return _compare(x, before, out, want, case)
 
 
-def run_gather(comm: rs.Comm, case: dict) -> Any:
+def run_gather(comm: rs.Comm, case: dict, salt: int = 0) -> Any:
     n, r = comm.size, comm.rank
     shape, d, dtype = tuple(case["shape"]), case["dim"], case["dtype"]
-    full = pattern(shape, dtype)
+    full = pattern(shape, dtype, salt)
     lengths = case.get("lengths") or balanced(shape[d], n)
     x = to_input(take(full, d, starts(lengths)[r], starts(lengths)[r] + lengths[r]), dtype, case["kind"], case.get("layout", "contig"))
     before = to_numpy(x, dtype)
@@ -143,18 +143,18 @@ def run_gather(comm: rs.Comm, case: dict) -> Any:
     return _compare(x, before, rs.gather(x, dim, dst=dst), full if r == dst else None, case)
 
 
-def _partial_inputs(shape: tuple, dtype: str, n: int) -> list[np.ndarray]:
-    return [small_ints(shape, dtype, salt=i) for i in range(n)]
+def _partial_inputs(shape: tuple, dtype: str, n: int, salt: int = 0) -> list[np.ndarray]:
+    return [small_ints(shape, dtype, salt=i + 101 * salt) for i in range(n)]
 
 
 def _expected_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
     return bf16_bits(a) if dtype == "bfloat16" else a
 
 
-def run_reduce(comm: rs.Comm, case: dict) -> Any:
+def run_reduce(comm: rs.Comm, case: dict, salt: int = 0) -> Any:
     n, r = comm.size, comm.rank
     shape, dtype, op = tuple(case["shape"]), case["dtype"], case.get("reduce", "sum")
-    parts = _partial_inputs(shape, dtype, n)
+    parts = _partial_inputs(shape, dtype, n, salt)
     x = to_input(parts[r], dtype, case["kind"], case.get("layout", "contig"))
     before = to_numpy(x, dtype)
     total = reduce_in_order(parts, op)
@@ -175,15 +175,15 @@ def placement(spec: tuple) -> Any:
     return rs.Partial(spec[1] if len(spec) > 1 else "sum")
 
 
-def run_redistribute(comm: rs.Comm, case: dict) -> Any:
+def run_redistribute(comm: rs.Comm, case: dict, salt: int = 0) -> Any:
     n, r = comm.size, comm.rank
     shape, dtype, src, dst = tuple(case["shape"]), case["dtype"], tuple(case["src"]), tuple(case["dst"])
     if src[0] == "partial":
-        parts = _partial_inputs(shape, dtype, n)
+        parts = _partial_inputs(shape, dtype, n, salt)
         full = _expected_dtype(reduce_in_order(parts, src[1] if len(src) > 1 else "sum"), dtype)
         mine = parts[r]
     else:
-        full = pattern(shape, dtype)
+        full = pattern(shape, dtype, salt)
         mine = placement_slice(full, src, r, n)
     x = to_input(mine, dtype, case["kind"], case.get("layout", "contig"))
     before = to_numpy(x, dtype)
@@ -206,13 +206,23 @@ RUNNERS = {
 }
 
 
-def run_cases(comm: rs.Comm, cases: list[dict]) -> list[Any]:
+def run_cases(comm: rs.Comm, cases: list[dict], passes: int = 2) -> list[Any]:
+    """Each case ``passes`` times in a row with different values: the first call of a
+    signature takes the full path, the next ones replay its plan (ops.py), and both must match
+    the oracle. A case's result is its first failure, else its last pass's result."""
     results = []
     for case in cases:
-        try:
-            results.append(RUNNERS[case["op"]](comm, case))
-        except Exception as exc:  # reported per case; peers raise too (the check), so no hang
-            results.append(f"rank {comm.rank} raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        result = None
+        for salt in range(passes):
+            try:
+                result = RUNNERS[case["op"]](comm, case, salt)
+            except Exception as exc:  # reported per case; peers raise too (the check), so no hang
+                result = f"rank {comm.rank} raised {type(exc).__name__} (pass {salt + 1}): {exc}\n{traceback.format_exc()}"
+            if isinstance(result, str):
+                if salt:
+                    result = f"pass {salt + 1} (a replay): {result}"
+                break
+        results.append(result)
     return results
 
 

@@ -36,6 +36,7 @@ class Comm:
         self.engine: str = engine_impl.name
         self.check: bool = check
         self.timeout: float = timeout
+        self._plans: dict = {}  # ops' plans for call signatures seen before (ops.py: replay)
 
     @property
     def group(self) -> Any:
@@ -53,6 +54,7 @@ class Comm:
         ops = sys.modules.get("reshard.ops")
         if ops is not None:
             ops.release_buffers()
+        self._plans.clear()
         self._impl.close()
         if _current is self:
             _current = None

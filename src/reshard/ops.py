@@ -25,7 +25,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,7 @@ class ExchangeStats:
     recv_buffer_ptr: int = 0  # where the engine wrote what it received
     metadata_exchanges: int = 0
     allocated_bytes: int = 0  # buffers and results this op allocated (its memory beyond the input)
+    replayed: bool = False  # the plan of an earlier call with the same signature was reused
 
 
 _last: ExchangeStats | None = None
@@ -100,6 +101,59 @@ def _segments(kit: Any, flat: Array, shapes: Sequence[Sequence[int]]) -> list[Ar
     return views
 
 
+# -- repeated calls -------------------------------------------------------------------------
+#
+# Training loops call the same op on the same shapes every step. The first call of a
+# signature (op, arguments, input shape, dtype, device, contiguity, check) validates, checks
+# and works out the exchange (piece shapes, datatypes, counts); later calls replay that plan.
+# With the check on (or when the peers' shapes are needed) a replay still exchanges its record
+# with every rank and compares all of them, byte for byte, with those the plan was made from:
+# any change on any rank falls back to the full path with the records already in hand, so a
+# replay raises exactly what the full path would.
+
+_MISS = object()
+_PLANS_MAX = 256  # signatures kept per communicator; a long run over many shapes starts over
+
+
+@dataclass
+class _Plan:
+    record: Any  # this rank's encoded check record, or None when the call exchanged none
+    gathered: bytes | None  # every rank's records, as they were when the plan was made
+    run: Callable[..., Array]  # (call, x) -> result
+    kit: Any
+    numpy_in: bool
+    detach: bool
+    grad: Callable[..., Array] | None  # (call, x, out) -> out on the autograd tape
+
+
+_PLAIN_TYPES = (int, str, Shard, Replicate, Partial)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as a key part: plain ints, strings, placements, None and tuples/lists of them
+    (type included, so True and 1 differ); TypeError for anything else (no replay then)."""
+    kind = type(value)
+    if value is None:
+        return None
+    if kind in (tuple, list):
+        return (kind, tuple(_plain(v) for v in value))
+    if kind not in _PLAIN_TYPES or (kind is Shard and type(value.dim) is not int):
+        raise TypeError(kind)
+    return (kind, value)
+
+
+def _signature(op: str, x: Any, check: bool, args: tuple) -> tuple | None:
+    """What decides a call's plan on this rank (requires_grad last), or None (never replayed)."""
+    try:
+        if is_torch(x):
+            return (op, _plain(args), check, type(x), x.dtype, x.device, tuple(x.shape), x.is_contiguous(), x.requires_grad)
+        if is_numpy(x):
+            return (op, _plain(args), check, type(x), x.dtype, x.shape, x.strides, x.flags.writeable, False)
+    except (TypeError, RuntimeError):
+        pass
+    return None
+
+
 class _Call:
     """One collective call on one rank: input conversion, validation, the agreement check."""
 
@@ -116,6 +170,58 @@ class _Call:
         self.error: ReshardError | None = None
         self.stats = ExchangeStats(op)
         self.overlapped: Any = None
+        self.key: tuple | None = None  # the call's signature, when it can be replayed
+        self.pregathered: Any = None  # records a replay already gathered (and found changed)
+        self.sent_record: Any = None
+        self.gathered_raw: bytes | None = None
+
+    def replay(self, args: tuple) -> Any:
+        """This call's result from the plan of an earlier call with the same signature, or
+        ``_MISS``. The plan stands only while every rank's records are byte-identical to the
+        ones it was made from, so the check (when on) is one exchange and one comparison; when
+        they changed, the full path takes over with the records already gathered."""
+        key = _signature(self.op, self.x, self.check, args)
+        if key is None:
+            return _MISS
+        self.key = key
+        plan = self.comm._plans.get(key)
+        if plan is None:
+            return _MISS
+        if plan.record is not None:
+            gathered = self.impl.start_allgather_bytes(plan.record, f"{self.op} (check)")()
+            self.stats.metadata_exchanges += 1
+            if gathered.tobytes() != plan.gathered:
+                self.pregathered = gathered
+                return _MISS
+        x = self.x
+        self.kit = plan.kit
+        self.stats.replayed = True
+        if plan.numpy_in:
+            self.numpy_in = True
+            x = to_torch(x)
+        elif plan.detach:
+            x = x.detach()
+        out = plan.run(self, x)
+        if plan.grad is not None and _wants_grad(self.x):
+            out = plan.grad(self, self.x, out)
+        return self.result(out)
+
+    def run_and_remember(self, run: Callable[..., Array]) -> Array:
+        """``run(self, self.x)``, kept for replay (ops with no autograd rule of their own)."""
+        out = run(self, self.x)
+        self.remember(lambda k, xt, sent=None: run(k, xt))
+        return out
+
+    def remember(self, run: Callable[..., Array], grad: Callable[..., Array] | None = None) -> None:
+        """Keep what this (successful) call worked out, for the next call with its signature."""
+        if self.key is None:
+            return
+        plans = self.comm._plans
+        if len(plans) >= _PLANS_MAX:
+            plans.clear()
+        x = self.x
+        detach = is_torch(x) and self.key[-1]  # requires_grad
+        plans[self.key] = _Plan(self.sent_record, self.gathered_raw, run, self.kit, self.numpy_in, bool(detach), grad)
 
     @contextlib.contextmanager
     def validating(self) -> Iterator[None]:
@@ -170,11 +276,15 @@ class _Call:
                 self.overlapped = while_waiting()
             return None
         raw = _check.encode(self.record, self.size)
-        finish = self.impl.start_allgather_bytes(raw, f"{self.op} (check)")
+        if self.pregathered is not None:  # a replay exchanged this very record already
+            finish = lambda: self.pregathered  # noqa: E731
+        else:
+            finish = self.impl.start_allgather_bytes(raw, f"{self.op} (check)")
+            self.stats.metadata_exchanges += 1
         if while_waiting is not None and self.error is None:
             self.overlapped = while_waiting()  # local work (the pack) while the records travel
         gathered = finish()
-        self.stats.metadata_exchanges += 1
+        self.sent_record, self.gathered_raw = raw, gathered.tobytes()
         records = [_check.decode(row, self.size, self.record.arg_names) for row in gathered]
         if self.error is None and self.record.error_code:  # e.g. too many dims, found by encode
             self.error = _check.ERROR_CODES[self.record.error_code](self.record.message)
@@ -273,17 +383,31 @@ def _all_to_all_core(
     """The exchange, given every rank's input shape and split table (no communication to learn
     them). ``sent``: this rank's send side (``_PeerSend``), when already packed (the pack
     runs while the check's exchange is in flight)."""
+    return _all_to_all_plan(call, x, s, c, splits, shapes)(call, x, sent)
+
+
+def _all_to_all_plan(
+    call: _Call, x: Array, s: int, c: int, splits: Sequence[Sequence[int]], shapes: Sequence[Sequence[int]],
+) -> Callable[..., Array]:
+    """The exchange for inputs like ``x``, as ``run(call, x, sent=None) -> result``."""
     n, rank = call.size, call.rank
+    send_sizes = tuple(splits[rank])
     recv_shapes = [_with_dim(shapes[i], s, splits[i][rank]) for i in range(n)]
     out_shape = _with_dim(recv_shapes[0], c, sum(r[c] for r in recv_shapes))
-    if sent is None and _typed_exchange_fits(call, x, s, c, out_shape):
-        return _typed_exchange(call, x, s, c, splits[rank], recv_shapes, out_shape)
+    if _typed_exchange_fits(call, x, s, c, out_shape):
+        return _typed_plan(call, x, s, c, send_sizes, recv_shapes, out_shape)
     if not getattr(call.impl, "split_exchange", True):
-        send, send_shapes = _pack(call, x, s, splits[rank])
-        return _exchange(call, send, send_shapes, recv_shapes, out_shape, c, x)
-    if sent is None:
-        sent = _PeerSend(call, x, s, splits[rank])
-    return _split_exchange(call, x, s, c, splits[rank], sent, recv_shapes, out_shape)
+        def run_packed(k: _Call, xt: Array, sent: Any = None) -> Array:
+            send, send_shapes = _pack(k, xt, s, send_sizes)
+            return _exchange(k, send, send_shapes, recv_shapes, out_shape, c, xt)
+
+        return run_packed
+
+    def run_split(k: _Call, xt: Array, sent: _PeerSend | None = None) -> Array:
+        sent = sent if sent is not None else _PeerSend(k, xt, s, send_sizes)
+        return _split_exchange(k, xt, s, c, send_sizes, sent, recv_shapes, out_shape)
+
+    return run_split
 
 
 def _uses_typed_path(call: _Call, x: Array) -> bool:
@@ -502,12 +626,12 @@ def _typed_exchange_fits(call: _Call, x: Array, s: int, c: int, out_shape: Seque
     return max(dims) <= _INT_MAX
 
 
-def _typed_exchange(
+def _typed_plan(
     call: _Call, x: Array, s: int, c: int, send_sizes: Sequence[int], recv_shapes: Sequence[Sequence[int]],
     out_shape: Sequence[int],
-) -> Array:
+) -> Callable[..., Array]:
+    """The datatype exchange with its types and counts worked out once."""
     impl, rank, item = call.impl, call.rank, call.kit.itemsize(x)
-    out = _alloc(call, out_shape, like=x)
     send_full, recv_full = _collapsed(x.shape, s), _collapsed(out_shape, c)
     send_types = [
         impl.subarray(send_full, _with_dim(send_full, 1, size), [0, start, 0], item)
@@ -520,11 +644,23 @@ def _typed_exchange(
     ]
     send_bytes = [numel(_with_dim(x.shape, s, size)) * item for size in send_sizes]
     recv_bytes = [numel(r) * item for r in recv_shapes]
-    call.stats.bytes_sent += sum(send_bytes) - send_bytes[rank]
-    call.stats.bytes_received += sum(recv_bytes) - recv_bytes[rank]
-    call.stats.recv_buffer_ptr = _data_ptr(out)
-    impl.alltoallw(call.kit.bytes_of(out.reshape(-1)), call.kit.bytes_of(x.reshape(-1)), recv_types, send_types, call.op)
-    return out
+    bytes_out, bytes_in = sum(send_bytes) - send_bytes[rank], sum(recv_bytes) - recv_bytes[rank]
+    exchange = impl.alltoallw_plan(recv_types, send_types, call.op)
+    epoch, result_shape, result_bytes = impl.types_epoch, tuple(out_shape), numel(out_shape) * item
+
+    def run(k: _Call, xt: Array, sent: Any = None) -> Array:
+        if impl.types_epoch != epoch:  # the engine freed its types since: work them out again
+            return _typed_plan(k, xt, s, c, send_sizes, recv_shapes, out_shape)(k, xt)
+        out = k.kit.empty(result_shape, like=xt)
+        stats = k.stats
+        stats.allocated_bytes += result_bytes
+        stats.bytes_sent += bytes_out
+        stats.bytes_received += bytes_in
+        stats.recv_buffer_ptr = _data_ptr(out)
+        exchange(out, xt)  # both contiguous: the datatypes address their elements
+        return out
+
+    return run
 
 
 def all_to_all(
@@ -552,6 +688,9 @@ def all_to_all(
     ``concat_dim`` is effectively leading (see the module docstring).
     """
     call = _Call("all_to_all", x, comm, check, ("split_dim", "concat_dim"))
+    replayed = call.replay((split_dim, concat_dim, split_sizes))
+    if replayed is not _MISS:
+        return replayed
     s = c = 0
     sizes = None
     with call.validating():
@@ -565,11 +704,17 @@ def all_to_all(
             call.record.split_sizes = sizes
     shapes = call.agree(free_dims=(c,), while_waiting=_pack_while_waiting(call, s, sizes))
     splits = _split_table(s, sizes, shapes)
-    out = _all_to_all_core(call, call.x, s, c, splits, shapes, call.overlapped)
-    if _wants_grad(x):
+    run = _all_to_all_plan(call, call.x, s, c, splits, shapes)
+    out = run(call, call.x, call.overlapped)
+
+    def grad(k: _Call, x: Array, out: Array) -> Array:
         from . import autograd
 
-        out = autograd.attach_all_to_all(x, out, call.comm, s, c, splits, shapes)
+        return autograd.attach_all_to_all(x, out, k.comm, s, c, splits, shapes)
+
+    if _wants_grad(x):
+        out = grad(call, x, out)
+    call.remember(run, grad)
     return call.result(out)
 
 
@@ -704,13 +849,16 @@ def all_gather(x: Array, dim: int = 0, comm: Comm | None = None, *, check: bool 
     Returns ``[..., sum over i of L_i, ...]`` on every rank: the full tensor, replicated.
     """
     call = _Call("all_gather", x, comm, check, ("dim",))
+    replayed = call.replay((dim,))
+    if replayed is not _MISS:
+        return replayed
     d = 0
     with call.validating():
         call.take_input()
         d = normalize_dim(dim, call.x.ndim, "dim")
         call.record.args = (d,)
     shapes = call.agree(free_dims=(d,))
-    return call.result(_gather_core(call, call.x, d, shapes, None))
+    return call.result(call.run_and_remember(lambda k, xt: _gather_core(k, xt, d, shapes, None)))
 
 
 def gather(x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, check: bool | None = None) -> Array | None:
@@ -719,6 +867,9 @@ def gather(x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, ch
     ``x``: ``[..., L_r, ...]``. Returns ``[..., sum over i of L_i, ...]`` on ``dst``, None elsewhere.
     """
     call = _Call("gather", x, comm, check, ("dim", "dst"))
+    replayed = call.replay((dim, dst))
+    if replayed is not _MISS:
+        return replayed
     d = root = 0
     with call.validating():
         call.take_input()
@@ -728,7 +879,7 @@ def gather(x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, ch
         if not 0 <= root < call.size:
             raise InvalidArgument(f"dst={root} is not a rank of this communicator (size {call.size})")
     shapes = call.agree(free_dims=(d,))
-    return call.result(_gather_core(call, call.x, d, shapes, root))
+    return call.result(call.run_and_remember(lambda k, xt: _gather_core(k, xt, d, shapes, root)))
 
 
 def _check_reducible(kit: Any, x: Array, op: str) -> None:
@@ -764,6 +915,9 @@ def reduce_scatter(
     with ``sizes = shard_sizes(L, N)``: values summed (or maxed...) across ranks, in rank order.
     """
     call = _Call("reduce_scatter", x, comm, check, ("dim", "op"))
+    replayed = call.replay((dim, op))
+    if replayed is not _MISS:
+        return replayed
     d = 0
     with call.validating():
         call.take_input()
@@ -771,7 +925,7 @@ def reduce_scatter(
         _check_reducible(call.kit, call.x, op)
         call.record.args = (d, REDUCE_OPS.index(op))
     call.agree(need_shapes=False)
-    return call.result(_reduce_scatter_core(call, call.x, d, op))
+    return call.result(call.run_and_remember(lambda k, xt: _reduce_scatter_core(k, xt, d, op)))
 
 
 def _all_reduce_core(call: _Call, x: Array, op: str) -> Array:
@@ -789,12 +943,15 @@ def all_reduce(x: Array, op: str = "sum", comm: Comm | None = None, *, check: bo
     rank (a reduce_scatter, reduced in rank order, then an all_gather).
     """
     call = _Call("all_reduce", x, comm, check, ("op",))
+    replayed = call.replay((op,))
+    if replayed is not _MISS:
+        return replayed
     with call.validating():
         call.take_input(need_dims=False)
         _check_reducible(call.kit, call.x, op)
         call.record.args = (REDUCE_OPS.index(op),)
     call.agree(need_shapes=False)
-    return call.result(_all_reduce_core(call, call.x, op))
+    return call.result(call.run_and_remember(lambda k, xt: _all_reduce_core(k, xt, op)))
 
 
 def _placement_code(p: Any, ndim: int) -> int:
@@ -829,6 +986,9 @@ def redistribute(
     integers; given, no metadata moves (and ``check=False`` then makes no extra round at all).
     """
     call = _Call("redistribute", x, comm, check, ("src", "dst"))
+    replayed = call.replay((src, dst, global_shape))
+    if replayed is not _MISS:
+        return replayed
     s_pl = d_pl = None
     gshape: tuple[int, ...] | None = None
     with call.validating():
@@ -862,39 +1022,56 @@ def redistribute(
     shard_to_shard = isinstance(s_pl, Shard) and isinstance(d_pl, Shard)
     pack = _pack_while_waiting(call, d_pl.dim, None) if shard_to_shard else None
     shapes = call.agree(free_dims=free, need_shapes=needs_lengths, while_waiting=pack)
-    xt = call.x
-    n, rank = call.size, call.rank
+    n = call.size
     if src_shard is not None:
         if shapes is not None:
             gshape = _global_from_shapes(call, shapes, src_shard)
         shapes = [tuple(_with_dim(gshape, src_shard, k)) for k in shard_sizes(gshape[src_shard], n)]
-    if isinstance(s_pl, Shard) and isinstance(d_pl, Shard):
-        out = _all_to_all_core(call, xt, d_pl.dim, s_pl.dim, _split_table(d_pl.dim, None, shapes), shapes, call.overlapped)
-    elif isinstance(s_pl, Shard) and isinstance(d_pl, Replicate):
-        out = _gather_core(call, xt, s_pl.dim, shapes, None)
-    elif isinstance(s_pl, Partial) and isinstance(d_pl, Shard):
-        out = _reduce_scatter_core(call, xt, d_pl.dim, s_pl.op)
-    elif isinstance(s_pl, Partial):
-        out = _all_reduce_core(call, xt, s_pl.op)
-        if isinstance(d_pl, Partial):
-            out = _to_partial(call, out, d_pl.op)
-    elif isinstance(s_pl, Replicate) and isinstance(d_pl, Shard):
-        start = sum(shard_sizes(xt.shape[d_pl.dim], n)[:rank])
-        view = _narrow(xt, d_pl.dim, start, shard_sizes(xt.shape[d_pl.dim], n)[rank])
-        out = view.clone() if is_torch(view) else view.copy()
-    elif isinstance(s_pl, Replicate):  # -> Partial
-        out = _to_partial(call, xt, d_pl.op)
-    else:  # Shard(i) -> Partial: embed this rank's shard in a tensor of the global shape
-        lo, hi = call.kit.lowest_highest(xt)
-        fill = {"sum": 0, "max": lo, "min": hi}[d_pl.op]
-        out = call.kit.full_like(_alloc(call, gshape, like=xt), fill)
-        start = sum(shard_sizes(gshape[s_pl.dim], n)[:rank])
-        call.kit.copy(_narrow(out, s_pl.dim, start, xt.shape[s_pl.dim]), xt)
-    if _wants_grad(x):
+    run = _redistribute_plan(call, s_pl, d_pl, shapes, gshape)
+    out = run(call, call.x, call.overlapped)
+
+    def grad(k: _Call, x: Array, out: Array) -> Array:
         from . import autograd
 
-        out = autograd.attach_redistribute(x, out, call.comm, s_pl, d_pl, gshape)
+        return autograd.attach_redistribute(x, out, k.comm, s_pl, d_pl, gshape)
+
+    if _wants_grad(x):
+        out = grad(call, x, out)
+    call.remember(run, grad)
     return call.result(out)
+
+
+def _redistribute_plan(
+    call: _Call, s_pl: Any, d_pl: Any, shapes: Sequence[Sequence[int]] | None, gshape: tuple[int, ...] | None
+) -> Callable[..., Array]:
+    """``run(call, x, sent=None)`` for one placement change, everything known worked out."""
+    if isinstance(s_pl, Shard) and isinstance(d_pl, Shard):
+        return _all_to_all_plan(call, call.x, d_pl.dim, s_pl.dim, _split_table(d_pl.dim, None, shapes), shapes)
+
+    def run(k: _Call, xt: Array, sent: Any = None) -> Array:
+        n, rank = k.size, k.rank
+        if isinstance(s_pl, Shard) and isinstance(d_pl, Replicate):
+            return _gather_core(k, xt, s_pl.dim, shapes, None)
+        if isinstance(s_pl, Partial) and isinstance(d_pl, Shard):
+            return _reduce_scatter_core(k, xt, d_pl.dim, s_pl.op)
+        if isinstance(s_pl, Partial):
+            out = _all_reduce_core(k, xt, s_pl.op)
+            return _to_partial(k, out, d_pl.op) if isinstance(d_pl, Partial) else out
+        if isinstance(s_pl, Replicate) and isinstance(d_pl, Shard):
+            sizes = shard_sizes(xt.shape[d_pl.dim], n)
+            view = _narrow(xt, d_pl.dim, sum(sizes[:rank]), sizes[rank])
+            return view.clone() if is_torch(view) else view.copy()
+        if isinstance(s_pl, Replicate):  # -> Partial
+            return _to_partial(k, xt, d_pl.op)
+        # Shard(i) -> Partial: embed this rank's shard in a tensor of the global shape
+        lo, hi = k.kit.lowest_highest(xt)
+        fill = {"sum": 0, "max": lo, "min": hi}[d_pl.op]
+        out = k.kit.full_like(_alloc(k, gshape, like=xt), fill)
+        start = sum(shard_sizes(gshape[s_pl.dim], n)[:rank])
+        k.kit.copy(_narrow(out, s_pl.dim, start, xt.shape[s_pl.dim]), xt)
+        return out
+
+    return run
 
 
 def _to_partial(call: _Call, full: Array, op: str) -> Array:

@@ -34,11 +34,14 @@ _BLOCK = 1 << 30  # bytes per hindexed block: comfortably below INT_MAX
 _SPIN_S = 0.002  # poll without sleeping this long first: most checks finish within it
 
 
-def as_buffer(a: Any) -> np.ndarray:
-    """A numpy view of a contiguous CPU array or tensor (the buffer protocol: no copy)."""
+def as_buffer(a: Any) -> Any:
+    """A contiguous CPU array or tensor as an MPI buffer (no copy). A torch tensor is taken
+    by address: 4x cheaper than a numpy view of its bytes, which the 64 KiB latency feels."""
     if isinstance(a, np.ndarray):
         return a
-    return a.numpy()  # torch CPU tensor -> numpy view sharing its memory
+    if a.is_contiguous():
+        return MPI.buffer.fromaddress(a.data_ptr(), a.numel() * a.element_size())
+    return a.numpy()  # not reached by ops (they pass contiguous buffers); kept for safety
 
 
 class MPIEngine:
@@ -53,6 +56,7 @@ class MPIEngine:
         self.owns = owns
         self.kit = kit_for("numpy")
         self._types: dict[tuple, Any] = {}
+        self.types_epoch = 0  # bumped whenever cached types are freed: plans holding them are stale
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
@@ -114,10 +118,31 @@ class MPIEngine:
 
     def alltoallw(self, recv: Any, send: Any, recv_types: Sequence[Any], send_types: Sequence[Any], what: str) -> None:
         """One datatype per peer on each side (from ``subarray``; None for nothing): no pack, no unpack."""
-        sends = [(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in send_types]
-        recvs = [(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in recv_types]
-        with self._guard(what):
-            self._alltoallw(as_buffer(recv), as_buffer(send), sends, recvs)
+        self.alltoallw_plan(recv_types, send_types, what)(recv, send)
+
+    def alltoallw_plan(
+        self, recv_types: Sequence[Any], send_types: Sequence[Any], what: str
+    ) -> Callable[[Any, Any], None]:
+        """``alltoallw`` with its argument lists built once: ``run(recv, send)`` per call.
+
+        The types must stay alive while ``run`` is used: check ``types_epoch`` (it changes
+        when this engine frees its cached types)."""
+        def side(types: Sequence[Any]) -> tuple[tuple[list, list], list]:
+            pieces = [(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in types]
+            counts, displs, kinds = zip(*pieces)
+            return (list(counts), list(displs)), list(kinds)
+
+        (s_layout, s_types), (r_layout, r_types) = side(send_types), side(recv_types)
+        alltoallw = self.mpi_comm.Alltoallw
+
+        def run(recv: Any, send: Any) -> None:
+            try:
+                alltoallw([as_buffer(send), s_layout, s_types], [as_buffer(recv), r_layout, r_types])
+            except MPI.Exception as exc:
+                with self._guard(what):
+                    raise exc
+
+        return run
 
     def _alltoallw(self, rbuf: np.ndarray, sbuf: np.ndarray, sends: Sequence[tuple], recvs: Sequence[tuple]) -> None:
         def spec(buf: np.ndarray, pieces: Sequence[tuple]) -> list:
@@ -164,8 +189,7 @@ class MPIEngine:
                 t = elem.Create_subarray(list(shape), list(sub), list(starts), order=MPI.ORDER_C).Commit()
                 elem.Free()
             if len(self._types) > 4096:  # a long run over many shapes: start again
-                _free(list(self._types.values()))
-                self._types.clear()
+                self.free_types()
             self._types[key] = t
         return t
 
@@ -174,9 +198,14 @@ class MPIEngine:
             req = self.mpi_comm.Ibarrier()
             self._wait(req, "barrier")
 
-    def close(self) -> None:
-        _free(list(self._types.values()))
+    def free_types(self) -> None:
+        """Free every cached datatype; plans made with them see ``types_epoch`` change."""
+        _free([t for t in self._types.values() if t is not None])
         self._types.clear()
+        self.types_epoch += 1
+
+    def close(self) -> None:
+        self.free_types()
         if self.owns and self.mpi_comm != MPI.COMM_NULL:
             with contextlib.suppress(MPI.Exception):
                 self.mpi_comm.Free()

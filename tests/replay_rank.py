@@ -1,0 +1,162 @@
+"""Rank-side functions for test_replay.py: repeated calls of one signature (the plan replay
+of ops.py), what changes between them, and the oracle for each call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import reshard as rs
+from oracle import all_to_all_expected, balanced, pattern, starts, take
+
+
+def _a2a_input(comm, shape, c, lengths, salt, kind):
+    full = pattern(shape, "float32", salt)
+    r = comm.rank
+    mine = np.ascontiguousarray(take(full, c, starts(lengths)[r], starts(lengths)[r] + lengths[r]))
+    if kind == "torch":
+        import torch
+
+        return full, torch.from_numpy(mine)
+    return full, mine
+
+
+def _same(out, want) -> bool:
+    got = out if isinstance(out, np.ndarray) else out.numpy()
+    return got.shape == want.shape and np.array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
+def repeated_all_to_all(comm, shape, s, c, calls, kind):
+    """``calls``: one entry per call, per rank: the lengths along ``c`` every rank holds (so a
+    rank may change its own shard between calls). Returns per call: (correct, replayed)."""
+    out = []
+    for salt, lengths in enumerate(calls):
+        sh = list(shape)
+        sh[c] = sum(lengths)
+        full, x = _a2a_input(comm, tuple(sh), c, lengths, salt, kind)
+        got = rs.all_to_all(x, s, c)
+        want = all_to_all_expected(full, s, c, comm.size, comm.rank, lengths, None)
+        out.append((_same(got, want), rs.last_exchange().replayed))
+    return out
+
+
+def replay_stats(comm, op, kind, check, calls=3):
+    """The same call ``calls`` times with new values; per call (correct, stats fields)."""
+    n, r = comm.size, comm.rank
+    results = []
+    for salt in range(calls):
+        full = pattern((4 * n + 1, 3 * n + 2), "float32", salt)
+        rows = balanced(full.shape[0], n)
+        mine = np.ascontiguousarray(take(full, 0, starts(rows)[r], starts(rows)[r] + rows[r]))
+        x = mine
+        if kind == "torch":
+            import torch
+
+            x = torch.from_numpy(mine)
+        if op == "redistribute":
+            got = rs.redistribute(x, rs.Shard(0), rs.Shard(1), check=check)
+            cols = balanced(full.shape[1], n)
+            want = take(full, 1, starts(cols)[r], starts(cols)[r] + cols[r])
+        elif op == "redistribute_global":
+            got = rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=full.shape, check=check)
+            cols = balanced(full.shape[1], n)
+            want = take(full, 1, starts(cols)[r], starts(cols)[r] + cols[r])
+        elif op == "all_gather":
+            got, want = rs.all_gather(x, 0, check=check), full
+        elif op == "gather":
+            got = rs.gather(x, 0, dst=n - 1, check=check)
+            want = full if r == n - 1 else None
+        elif op == "reduce_scatter":
+            got = rs.reduce_scatter(x[: rows[-1]], dim=1, op="max", check=check)
+            # every rank's first rows[-1] rows, maxed, then this rank's columns
+            parts = [take(full, 0, starts(rows)[i], starts(rows)[i] + rows[-1]) for i in range(n)]
+            cols = balanced(full.shape[1], n)
+            want = take(np.maximum.reduce(parts), 1, starts(cols)[r], starts(cols)[r] + cols[r])
+        else:
+            raise ValueError(op)
+        ok = (got is None) if want is None else _same(got, want)
+        st = rs.last_exchange()
+        results.append((ok, st.replayed, st.metadata_exchanges, st.bytes_sent, st.bytes_received))
+    return results
+
+
+def mismatch_after_replay(comm, bad_rank, change):
+    """Two good calls (the second replays), one where ``bad_rank`` changes ``change``, then a
+    good one again. Returns what each call gave: 'ok', or the error class and message."""
+    outcomes = []
+    for step in range(4):
+        x = np.ones((comm.size * 2, 6), dtype=np.float32) * comm.rank
+        dims = (1, 0)
+        if step == 2 and comm.rank == bad_rank:
+            if change == "dtype":
+                x = x.astype(np.float64)
+            elif change == "shape":
+                x = np.ones((comm.size * 2, 7), dtype=np.float32)
+            elif change == "dims":
+                dims = (0, 1)
+        try:
+            rs.all_to_all(x, *dims)
+            outcomes.append(("ok", rs.last_exchange().replayed))
+        except rs.ReshardError as exc:
+            outcomes.append((type(exc).__name__, str(exc)))
+    return outcomes
+
+
+def types_freed_between_calls(comm):
+    """MPI: the engine frees its cached datatypes between two calls; the second must not use
+    them (it would read freed types: garbage or a crash)."""
+    n, r = comm.size, comm.rank
+    results = []
+    for salt in range(3):
+        full = pattern((2 * n, 4 * n), "float32", salt)
+        x = np.ascontiguousarray(take(full, 0, 2 * r, 2 * r + 2))
+        got = rs.redistribute(x, rs.Shard(0), rs.Shard(1))
+        want = take(full, 1, 4 * r, 4 * r + 4)
+        results.append((_same(got, want), rs.last_exchange().replayed))
+        comm._impl.free_types()
+    return results
+
+
+def grad_through_replay(comm):
+    """The gradient of sum(w * redistribute(x)) on the second call (a replay): w's layout."""
+    import torch
+
+    n, r = comm.size, comm.rank
+    grads = []
+    for salt in range(2):
+        full = torch.from_numpy(pattern((2 * n, 3 * n), "float32", salt))
+        x = full[2 * r : 2 * r + 2].clone().requires_grad_(True)
+        y = rs.redistribute(x, rs.Shard(0), rs.Shard(1))
+        replayed = rs.last_exchange().replayed
+        weight = torch.arange(y.numel(), dtype=torch.float32).reshape(y.shape) + 100 * r
+        (y * weight).sum().backward()
+        grads.append((x.grad.numpy().copy(), weight.numpy().copy(), replayed))
+    return grads
+
+
+def replay_then_late(comm, late, seconds):
+    """Everyone makes one call (a plan); then ``late`` sleeps (or, with seconds None, dies)
+    while the others repeat it."""
+    x = np.zeros((comm.size, 2))
+    rs.all_to_all(x, 0, 1)
+    if comm.rank == late:
+        import os
+        import time
+
+        if seconds is None:
+            os._exit(3)
+        time.sleep(seconds)
+        return "slept"
+    rs.all_to_all(x, 0, 1)
+    return "exchanged"
+
+
+def toggled_check(comm):
+    """comm.check flipped between calls: each setting is its own signature."""
+    x = np.ones((comm.size, 3), dtype=np.float32)
+    seen = []
+    for check in (True, True, False, False, True):
+        comm.check = check
+        rs.all_to_all(x, 1, 0)
+        st = rs.last_exchange()
+        seen.append((st.replayed, st.metadata_exchanges))
+    return seen

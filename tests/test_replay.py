@@ -1,0 +1,147 @@
+"""Repeated calls of one signature replay the plan of the first (ops.py, "repeated calls"):
+results against the numpy oracle on every call, what a replay still exchanges, and every way
+the plan must be dropped (a peer changes its shard, bad input after good, freed datatypes,
+a flipped check, autograd, a rank that never arrives)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import replay_rank
+import reshard as rs
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+NEEDS_MPI = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+ENGINES = ["gloo", pytest.param("mpi", marks=NEEDS_MPI)]
+SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("op", ["redistribute", "redistribute_global", "all_gather", "gather", "reduce_scatter"])
+@pytest.mark.parametrize("check", [True, False])
+def test_second_call_replays_and_matches_the_oracle(engine, op, check):
+    n = 3
+    per_rank = rs.spawn(replay_rank.replay_stats, n, engine=engine, args=(op, "torch", check))
+    for rank, calls in enumerate(per_rank):
+        assert [ok for ok, *_ in calls] == [True] * 3, (rank, calls)
+        assert [replayed for _, replayed, *_ in calls] == [False, True, True], (rank, calls)
+        first = calls[0][2:]
+        for later in calls[1:]:
+            assert later[2:] == first, (rank, calls)  # the same traffic, the same metadata rounds
+        # A replay still exchanges the records when the check is on or the shards' lengths
+        # are needed; with check off and everything known (global_shape), nothing but data.
+        rounds = calls[1][2]
+        assert rounds == (0 if (not check and op in ("redistribute_global", "reduce_scatter")) else 1), calls
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_numpy_in_numpy_out_on_replay(engine):
+    for calls in rs.spawn(replay_rank.replay_stats, 2, engine=engine, args=("redistribute", "numpy", True)):
+        assert [(ok, replayed) for ok, replayed, *_ in calls] == [(True, False), (True, True), (True, True)]
+
+
+@st.composite
+def shard_histories(draw):
+    """A world, an all_to_all, and per call how long every rank's shard along concat_dim is:
+    calls repeat or change on any subset of ranks (a change on one rank only is the case a
+    replay must catch)."""
+    n = draw(st.integers(2, 4))
+    ndim = draw(st.integers(2, 3))
+    s, c = draw(st.permutations(range(ndim)))[:2]
+    shape = [draw(st.integers(1, 5)) for _ in range(ndim)]
+    shape[s] = draw(st.integers(0, 7))
+    history = [draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))]
+    for _ in range(draw(st.integers(2, 5))):
+        prev = list(history[-1])
+        if draw(st.booleans()):
+            prev[draw(st.integers(0, n - 1))] = draw(st.integers(0, 4))
+        history.append(prev)
+    return n, tuple(shape), s, c, history, draw(st.sampled_from(["torch", "numpy"]))
+
+
+@SETTINGS
+@given(shard_histories())
+@pytest.mark.parametrize("engine", ENGINES)
+def test_shards_changing_under_a_plan(engine, example):
+    n, shape, s, c, history, kind = example
+    per_rank = rs.spawn(replay_rank.repeated_all_to_all, n, engine=engine, args=(shape, s, c, history, kind))
+    for rank, calls in enumerate(per_rank):
+        assert all(ok for ok, _ in calls), (rank, calls, example)
+        for i, (_, replayed) in enumerate(calls):
+            # The model: a rank keeps one plan per signature of its own (here: its shard's
+            # length), made by the latest call with that signature; it replays exactly when
+            # every rank's shard is what it was in that call.
+            earlier = [j for j in range(i) if history[j][rank] == history[i][rank]]
+            assert replayed == bool(earlier and history[earlier[-1]] == history[i]), (rank, i, example)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("change", ["dtype", "shape", "dims"])
+def test_bad_input_after_a_plan_raises_on_every_rank(engine, change):
+    n, bad = 3, 1
+    per_rank = rs.spawn(replay_rank.mismatch_after_replay, n, engine=engine, args=(bad, change))
+    for rank, steps in enumerate(per_rank):
+        assert steps[0] == ("ok", False) and steps[1] == ("ok", True), (rank, steps)
+        kind, message = steps[2]
+        assert kind == "MismatchError", (rank, steps)
+        assert "rank 1" in message, message
+        assert steps[3][0] == "ok", (rank, steps)  # the good signature works again afterwards
+
+
+@NEEDS_MPI
+def test_freed_datatypes_are_never_replayed():
+    for calls in rs.spawn(replay_rank.types_freed_between_calls, 3, engine="mpi"):
+        assert [ok for ok, _ in calls] == [True] * 3, calls
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_flipping_the_check_makes_a_new_signature(engine):
+    for seen in rs.spawn(replay_rank.toggled_check, 2, engine=engine):
+        # check on: one records round; check off: all_to_all still needs every shard's length
+        assert seen == [(False, 1), (True, 1), (False, 1), (True, 1), (True, 1)], seen
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_gradient_through_a_replay(engine):
+    n = 3
+    per_rank = rs.spawn(replay_rank.grad_through_replay, n, engine=engine)
+    for call in range(2):
+        weights = [per_rank[r][call][1] for r in range(n)]
+        full_weight = np.concatenate(weights, axis=1)  # w is laid out Shard(1), like y
+        for r in range(n):
+            grad, _, replayed = per_rank[r][call]
+            assert np.array_equal(grad, full_weight[2 * r : 2 * r + 2]), (call, r)
+            assert replayed == (call == 1)
+
+
+@NEEDS_MPI
+def test_rank_that_never_arrives_at_a_replay_times_out_the_others():
+    # MPI, where the bounded wait is reshard's own polling (gloo's is the process group's)
+    start = time.monotonic()
+    with pytest.raises(rs.RankFailed) as info:
+        rs.spawn(replay_rank.replay_then_late, 3, engine="mpi", args=(1, 600), timeout=5)
+    assert time.monotonic() - start < 40
+    waiting = [info.value.failures.get(rank, "") for rank in (0, 2)]
+    assert any("CommTimeout" in text for text in waiting), waiting
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rank_that_dies_before_a_replay_stops_the_others(engine):
+    start = time.monotonic()
+    with pytest.raises(rs.RankFailed) as info:
+        rs.spawn(replay_rank.replay_then_late, 3, engine=engine, args=(1, None), timeout=30)
+    assert time.monotonic() - start < 40
+    assert 1 in info.value.failures
+    # A survivor raised (never returned data) or was stopped: by spawn, or on MPI by mpirun,
+    # which ends the whole job when a rank exits early.
+    words = ("RankFailed", "CommTimeout", "stopped") + (("died without reporting",) if engine == "mpi" else ())
+    for rank in (0, 2):
+        text = info.value.failures.get(rank, "stopped")
+        assert any(word in text for word in words), text
