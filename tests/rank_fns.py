@@ -205,3 +205,21 @@ def big_int8_exchange(comm, per_rank, concat_dim):
         piece = out[:, i * 1024 : (i + 1) * 1024] if concat_dim == 1 else out[i * rows : (i + 1) * rows]
         ok = ok and bool((piece[::4099] == want).all() and (piece[-1:] == want).all())
     return ok, out.nbytes
+
+
+def page_faults_per_call(comm, nbytes, calls):
+    """Minor page faults of each Shard(0)->Shard(1) call on a float32 shard of ``nbytes``,
+    the result dropped before the next call (as a training step drops last step's)."""
+    import resource
+
+    import torch
+
+    cols = 256 * comm.size
+    x = torch.arange(nbytes // 4, dtype=torch.float32).reshape(-1, cols)
+    faults = []
+    for _ in range(calls):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        y = rs.redistribute(x, rs.Shard(0), rs.Shard(1))
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        del y
+    return faults

@@ -14,7 +14,7 @@ from typing import Any
 import torch  # noqa: F401  (preloaded in the fork server so every rank starts without importing it)
 import torch.distributed  # noqa: F401
 
-from .launch import KEEP_FREED_BYTES
+from .launch import KEEP_FREED_BYTES, TOP_PAD_BYTES
 
 
 def keep_freed_memory() -> None:
@@ -24,6 +24,7 @@ def keep_freed_memory() -> None:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-1, KEEP_FREED_BYTES)  # M_TRIM_THRESHOLD
         libc.mallopt(-3, KEEP_FREED_BYTES)  # M_MMAP_THRESHOLD
+        libc.mallopt(-2, TOP_PAD_BYTES)  # M_TOP_PAD
     except (OSError, AttributeError):
         pass
 

@@ -11,7 +11,7 @@ Copy budget (element copies outside the engine, per op):
   (``x`` contiguous, all dims before ``split_dim`` of size 1); no unpack when the received
   pieces stacked in rank order already are the result (all dims before ``concat_dim`` of size
   1), one otherwise. So Shard(0)->Shard(1) costs one pack and no unpack, Shard(1)->Shard(0) no
-  pack and one unpack. On MPI, contiguous inputs up to TYPED_MAX_BYTES take the datatype path
+  pack and one unpack. On MPI, contiguous inputs (up to TYPED_MAX_BYTES) take the datatype path
   (no pack, no unpack); the byte path there keeps the own piece out of the engine (copied
   straight into the result) and packs only the others, once (see ``_split_exchange``).
 * all_gather / gather: none when ``dim`` is the leading dim and sizes are even; one unpack
@@ -604,9 +604,12 @@ def _split_exchange(
 # Measured faster than pack + byte exchange at every size up to 16 MiB per rank; the bounds
 # come from ``reshard bench --engine mpi`` (benchmarks/RESULTS.md).
 TYPED_MIN_BYTES = int(os.environ.get("RESHARD_MPI_TYPED_MIN_BYTES", "0"))
-# Above this the datatype path turned erratic here (4 ranks, 64 MiB: 47-425 ms per call against
-# 10-19 ms for the raw Alltoall), while pack + byte exchange stayed at 1.9-2.1x raw.
-TYPED_MAX_BYTES = int(os.environ.get("RESHARD_MPI_TYPED_MAX_BYTES", str(16 << 20)))
+# No upper bound by default. The datatype path once looked erratic above 16 MiB (4 ranks,
+# 64 MiB: 47-425 ms per call against 10-19 ms raw); the cause was page faults in torch's fresh
+# result buffers, not the datatypes (arrays.TorchKit.empty). With results reusing kept memory
+# it is steady and faster than pack + bytes at 64 MiB too (4 ranks 19.5 vs 32.2 ms, worst
+# of 12 iterations 23.6 vs 42.6 ms). The variable stays for measuring the byte path.
+TYPED_MAX_BYTES = int(os.environ.get("RESHARD_MPI_TYPED_MAX_BYTES", str(1 << 62)))
 _INT_MAX = 2**31 - 1
 
 
