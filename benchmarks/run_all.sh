@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every figure in benchmarks/RESULTS.md, one command each. Run from the repository root after
-# `make setup`; JSON and plots land in benchmarks/results/. Takes about 15 minutes on 2 cores.
+# `make setup`; JSON and plots land in benchmarks/results/. Takes about 4 minutes on 2 cores.
 set -euo pipefail
 R=.venv/bin/reshard
 OUT=benchmarks/results
@@ -15,4 +15,6 @@ $R bench --engine gloo --ranks 4 --op moe --sizes 16M --json "$OUT/gloo-moe-4.js
 $R bench --engine mpi --ranks 4 --op moe --sizes 16M --json "$OUT/mpi-moe-4.json"
 $R bench --engine gloo --ranks 4 --op all_gather --sizes 1M,16M --json "$OUT/gloo-all_gather-4.json"
 $R bench --engine gloo --ranks 4 --op reduce_scatter --sizes 1M,16M --json "$OUT/gloo-reduce_scatter-4.json"
+$R bench --engine gloo --targets --json "$OUT/targets-gloo.json" --no-color | tee "$OUT/targets-gloo.txt"
+$R bench --engine mpi --targets --json "$OUT/targets-mpi.json" --no-color | tee "$OUT/targets-mpi.txt"
 .venv/bin/python benchmarks/summarize.py "$OUT"/*.json > "$OUT/summary.md"

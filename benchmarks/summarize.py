@@ -15,9 +15,21 @@ def _ratio(entry: dict, key: str) -> str:
     return f"{entry[key]:.2f}x" if key in entry else "-"
 
 
+def targets_table(data: dict) -> str:
+    lines = [f"**issue 7 targets, {data['engine']}** (`reshard bench --engine {data['engine']} --targets`)", "",
+             "| target | where | measured | limit | met | the table behind it |", "|---|---|---|---|---|---|"]
+    for t in data["targets"]:
+        sign = "<=" if t["at_most"] else ">="
+        lines.append(f"| {t['goal']} | {t['where']} | {t['measured']:.2f}{t['unit']} | {sign} {t['limit']:.2f}{t['unit']} | "
+                     f"{'yes' if t['met'] else 'no'} | `{t['command']}` |")
+    return "\n".join(lines) + "\n"
+
+
 def table(path: str) -> str:
     with open(path) as f:
         data = json.load(f)
+    if "targets" in data:
+        return targets_table(data)
     meta, rows = data["meta"], data["rows"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     lines = [f"**{meta['op']}, {meta['ranks']} ranks, {meta['engine']}** (`{' '.join(meta['command'][-12:])}`)", ""]

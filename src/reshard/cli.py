@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="write every row, sample and ratio as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="draw busbw against size for each method, floor included")
     bench.add_argument("--timeout", type=float, default=1800.0)
+    bench.add_argument("--targets", action="store_true",
+                       help="measure issue 7's targets for --engine (2-4 ranks, the sizes they name) and say which are met")
     bench.add_argument("--no-color", action="store_true")
     return parser
 
@@ -169,6 +171,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
+    if args.targets:
+        return _bench_targets(args)
     try:
         sizes = bench.parse_sizes(args.sizes, args.factor)
     except (ValueError, IndexError) as exc:
@@ -194,6 +198,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.plot:
         bench.plot(args.plot, rows, f"{args.op}, {args.ranks} ranks, {args.engine}")
     return 1 if any(r.wrong for r in rows) else 0
+
+
+def _bench_targets(args: argparse.Namespace) -> int:
+    from . import targets
+
+    console = _console(args.no_color)
+    if not console.is_terminal:
+        console.width = 200
+    found = targets.measure(args.engine, progress=lambda command: console.print(f"[dim]running: {command}[/]"))
+    targets.render(console, args.engine, found)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"engine": args.engine, "targets": targets.as_json(found)}, f, indent=1)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

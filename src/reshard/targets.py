@@ -1,0 +1,137 @@
+"""``reshard bench --targets``: the performance targets of issue 7, measured in one command per
+engine, each next to the ``reshard bench`` command that shows the full table behind it.
+
+Every figure comes from ``bench.run_bench`` (interleaved methods, slowest rank, median), so a
+line here and the table of its command agree up to the machine's run-to-run noise. Start-up is
+timed as a user sees it: a fresh ``python -m reshard demo`` / ``plan`` process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import bench
+
+MiB = 1 << 20
+
+
+@dataclass
+class Target:
+    goal: str  # what was promised, in the issue's words
+    where: str  # ranks and size
+    measured: float
+    limit: float
+    unit: str  # "x" (a ratio), "ms" or "s"
+    at_most: bool  # measured <= limit (else >=)
+    command: str  # the command whose table shows this figure
+
+    @property
+    def met(self) -> bool:
+        return self.measured <= self.limit if self.at_most else self.measured >= self.limit
+
+
+def _time(rows: list[bench.Row], size: int, method: str) -> float:
+    return next(r.time_us for r in rows if r.size == size and r.method == method)
+
+
+def _row(rows: list[bench.Row], size: int, method: str) -> bench.Row:
+    return next(r for r in rows if r.size == size and r.method == method)
+
+
+def _command(engine: str, ranks: int, op: str, sizes: list[int], methods: list[str]) -> str:
+    listed = ",".join(bench.human(s).replace(" ", "").replace("iB", "") for s in sizes)
+    return f"reshard bench --engine {engine} --ranks {ranks} --op {op} --sizes {listed} --methods {','.join(methods)}"
+
+
+def _memory(rows: list[bench.Row], engine: str, ranks: int, size: int, command: str) -> Target:
+    extra = _row(rows, size, "reshard").extra_bytes
+    return Target("peak extra memory per rank <= one shard", f"{ranks} ranks, {bench.human(size)}",
+                  extra / size, 1.0, "x", True, command)
+
+
+def _startup(seconds: Callable[[list[str]], float]) -> list[Target]:
+    demo = seconds(["demo"])
+    plan = seconds(["plan", "--shape", "4096x4096", "--ranks", "64"])
+    return [Target("start-up: `reshard demo` (3 ranks, gloo)", "fresh process", demo, 4.0, "s", True, "reshard demo"),
+            Target("start-up: `reshard plan`", "fresh process", plan, 0.5, "s", True,
+                   "reshard plan --shape 4096x4096 --ranks 64")]
+
+
+def _wall_seconds(args: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "reshard", *args, "--no-color"] if args[0] == "demo"
+                   else [sys.executable, "-m", "reshard", *args], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def measure(engine: str, ranks_list: tuple[int, ...] = (2, 3, 4), progress: Callable[[str], None] = print,
+            startup: Callable[[list[str]], float] | None = None) -> list[Target]:
+    """Run every measurement the engine's targets need; return one Target per promise and place.
+    ``startup(args)`` times ``reshard <args>`` (default: a fresh process, wall clock)."""
+    out: list[Target] = []
+
+    def run(ranks: int, op: str, sizes: list[int], methods: list[str]) -> tuple[list[bench.Row], str]:
+        command = _command(engine, ranks, op, sizes, methods)
+        progress(command)
+        rows = bench.run_bench(engine, ranks, op, sizes, "float32", methods, show_progress=False)
+        wrong = sum(r.wrong for r in rows)
+        if wrong:
+            raise RuntimeError(f"{command}: {wrong} wrong elements; no timing of a wrong result counts")
+        return rows, command
+
+    if engine == "gloo":
+        for n in ranks_list:
+            methods = ["reshard", "reshard-nocheck", "raw"] + (["dtensor"] if n >= 3 else [])
+            rows, command = run(n, "redistribute", [MiB, 16 * MiB], methods)
+            where = f"{n} ranks"
+            out.append(Target("redistribute / bare all_to_all_single, check off", f"{where}, 1 MiB",
+                              _time(rows, MiB, "reshard-nocheck") / _time(rows, MiB, "raw"), 1.15, "x", True, command))
+            out.append(Target("redistribute / bare all_to_all_single, check on", f"{where}, 16 MiB",
+                              _time(rows, 16 * MiB, "reshard") / _time(rows, 16 * MiB, "raw"), 1.15, "x", True, command))
+            if n >= 3:
+                out.append(Target("DTensor redistribute / reshard (speed-up)", f"{where}, 16 MiB",
+                                  _time(rows, 16 * MiB, "dtensor") / _time(rows, 16 * MiB, "reshard"), 5.0, "x", False,
+                                  command))
+            out.append(_memory(rows, engine, n, 16 * MiB, command))
+        out.extend(_startup(startup or _wall_seconds))
+    else:
+        for n in ranks_list:
+            sizes = ([64 * 1024] if n == 4 else []) + [16 * MiB, 64 * MiB]
+            rows, command = run(n, "redistribute", sizes, ["reshard", "raw", "memcpy"])
+            for size in (16 * MiB, 64 * MiB):
+                out.append(Target("redistribute / concurrent memcpy floor", f"{n} ranks, {bench.human(size)}",
+                                  _time(rows, size, "reshard") / _time(rows, size, "memcpy"), 1.5, "x", True, command))
+            if n == 4:
+                out.append(Target("latency of a checked redistribute", "4 ranks, 64 KiB",
+                                  _time(rows, 64 * 1024, "reshard") / 1000, 0.15, "ms", True, command))
+            out.append(_memory(rows, engine, n, 64 * MiB, command))
+    rows, command = run(4, "moe", [16 * MiB], ["reshard", "raw"])
+    out.append(Target("MoE dispatch + combine / the two bare exchanges (issue 5)", "4 ranks, 16 MiB of tokens",
+                      _time(rows, 16 * MiB, "reshard") / _time(rows, 16 * MiB, "raw"), 1.3, "x", True, command))
+    return out
+
+
+def render(console: Any, engine: str, targets: list[Target]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"issue 7 targets on this machine ({engine}); each line's table: its command",
+                  title_justify="left")
+    for col in ("target", "where", "measured", "limit", "met", "command"):
+        table.add_column(col, justify="right" if col in ("measured", "limit") else "left", overflow="fold")
+    for t in targets:
+        sign = "<=" if t.at_most else ">="
+        fmt = "{:.2f}"
+        table.add_row(t.goal, t.where, fmt.format(t.measured) + t.unit, f"{sign} {fmt.format(t.limit)}{t.unit}",
+                      "[green]yes[/]" if t.met else "[red]no[/]", t.command)
+    console.print(table)
+    met = sum(t.met for t in targets)
+    console.print(f"{met} of {len(targets)} met")
+
+
+def as_json(targets: list[Target]) -> list[dict]:
+    return [dict(asdict(t), met=t.met) for t in targets]
