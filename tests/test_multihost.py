@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -84,17 +85,23 @@ def test_card_exchange_across_two_hosts(two_hosts, tmp_path):
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                "--node-rank", str(node), "--nproc-per-node", "2", "--master-addr", master, "--master-port", "29533",
                str(script), str(tmp_path)]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True))
-    outputs = []
+        log = open(tmp_path / f"node{node}.log", "w")  # a file, not a pipe: nothing blocks on a full pipe
+        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        log.close()
+    deadline = time.monotonic() + 240
+    timed_out = False
     try:
         for p in procs:
-            out, _ = p.communicate(timeout=240)
-            outputs.append(out)
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
     finally:
         for p in procs:  # the whole group: torchrun's ranks must not outlive a failed run
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
-    assert sorted(f.name for f in tmp_path.glob("rank*")) == [f"rank{r}" for r in range(4)]
+    # every node's output, in order, whatever happened: a hang names who was waiting for whom
+    outputs = [f"--- node {i} (exit {p.returncode}) ---\n{(tmp_path / f'node{i}.log').read_text()}" for i, p in enumerate(procs)]
+    assert not timed_out and all(p.returncode == 0 for p in procs), "\n".join(outputs)
+    assert sorted(f.name for f in tmp_path.glob("rank*")) == [f"rank{r}" for r in range(4)], "\n".join(outputs)

@@ -113,6 +113,7 @@ def _segments(kit: Any, flat: Array, shapes: Sequence[Sequence[int]]) -> list[Ar
 
 _MISS = object()
 _PLANS_MAX = 256  # signatures kept per communicator; a long run over many shapes starts over
+_PLANS_BYTES = 64 << 20  # and at most this much of kept records (N records of ~N ints each)
 
 
 @dataclass
@@ -217,7 +218,7 @@ class _Call:
         if self.key is None:
             return
         plans = self.comm._plans
-        if len(plans) >= _PLANS_MAX:
+        if len(plans) >= max(4, min(_PLANS_MAX, _PLANS_BYTES // max(1, len(self.gathered_raw or b"")))):
             plans.clear()
         x = self.x
         detach = is_torch(x) and self.key[-1]  # requires_grad
