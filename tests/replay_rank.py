@@ -27,15 +27,19 @@ def _same(out, want) -> bool:
 
 def repeated_all_to_all(comm, shape, s, c, calls, kind):
     """``calls``: one entry per call, per rank: the lengths along ``c`` every rank holds (so a
-    rank may change its own shard between calls). Returns per call: (correct, replayed)."""
+    rank may change its own shard between calls). Returns per call: (correct, replayed, the
+    local part of the call's signature)."""
     out = []
     for salt, lengths in enumerate(calls):
         sh = list(shape)
         sh[c] = sum(lengths)
         full, x = _a2a_input(comm, tuple(sh), c, lengths, salt, kind)
+        # what the signature holds of x besides shape and dtype: numpy's strides (a zero-size
+        # array's strides depend on how it was made), torch's contiguity
+        layout = x.strides if isinstance(x, np.ndarray) else x.is_contiguous()
         got = rs.all_to_all(x, s, c)
         want = all_to_all_expected(full, s, c, comm.size, comm.rank, lengths, None)
-        out.append((_same(got, want), rs.last_exchange().replayed))
+        out.append((_same(got, want), rs.last_exchange().replayed, (tuple(x.shape), layout)))
     return out
 
 
