@@ -63,8 +63,11 @@ class MPIEngine:
         try:
             yield
         except MPI.Exception as exc:
-            text = exc.Get_error_string().strip().splitlines()[0]
-            raise RankFailed(f"rank {self.rank}: {what} failed in MPI ({text})") from exc
+            raise self._failed(what, exc) from exc
+
+    def _failed(self, what: str, exc: Any) -> RankFailed:
+        text = exc.Get_error_string().strip().splitlines()[0]
+        return RankFailed(f"rank {self.rank}: {what} failed in MPI ({text})")
 
     def _wait(self, req: Any, what: str) -> None:
         """Poll ``req`` until done or the timeout; spin briefly, then back off to 1 ms sleeps."""
@@ -139,8 +142,7 @@ class MPIEngine:
             try:
                 alltoallw([as_buffer(send), s_layout, s_types], [as_buffer(recv), r_layout, r_types])
             except MPI.Exception as exc:
-                with self._guard(what):
-                    raise exc
+                raise self._failed(what, exc) from exc
 
         return run
 
