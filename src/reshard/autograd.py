@@ -74,6 +74,12 @@ def attach_all_to_all_v(
     return _attach(x, out, reverse)
 
 
+def attach_reverse(x: torch.Tensor, out: torch.Tensor, reverse: Any) -> torch.Tensor:
+    """``out`` on the tape as a function of ``x``, with ``reverse(grad)`` as its backward
+    (MoE's per-expert exchanges)."""
+    return _attach(x, out, reverse)
+
+
 def attach_redistribute(
     x: torch.Tensor, out: torch.Tensor, comm: Comm, src: Any, dst: Any, global_shape: Sequence[int] | None
 ) -> torch.Tensor:

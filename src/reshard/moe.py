@@ -2,14 +2,16 @@
 
 Experts sit in contiguous blocks: with ``E`` experts on ``N`` ranks, rank ``d`` holds experts
 ``d*L .. d*L+L-1`` (``L = E // N``). A (token, slot) pair routed to expert ``e`` travels to rank
-``e // L`` and comes back after the expert has run. Forward, dispatch and combine are each one
-``all_to_all_v``; backward, each is the reverse one (autograd on torch).
+``e // L`` and comes back after the expert has run. Forward, dispatch and combine are each ``L``
+variable exchanges, one per local expert index, each writing straight into its expert's block;
+backward, each is the reverse (autograd on torch).
 
 Copies per call (rows of ``H`` elements): dispatch gathers the routed rows once into the send
-buffer and, when a rank holds more than one expert, reorders what arrives from source-major to
-expert-major once; combine does the reverse reorder, then scatters the returned rows into
-``[T, k, H]`` and sums over ``k``. Routing indices are computed with numpy on every rank from one
-exchange of per-expert counts, so no index ever crosses the wire.
+buffer, ordered so that each exchange's rows are one run; what arrives already is expert-major
+(no reorder). combine's exchanges bring the rows back in that same send order; it then gathers
+(or, with drops, scatters) them into ``[T, k, H]`` and sums over ``k``. Routing indices are
+computed with numpy on every rank from one exchange of per-expert counts, so no index ever
+crosses the wire.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ class MoEHandle:
     num_tokens: int
     comm: Comm = field(repr=False)
     send_rows: np.ndarray = field(repr=False)  # pair index (t * k + slot) of each sent row, in send order
-    expert_major: np.ndarray | None = field(repr=False)  # received row of each expert_inputs row (None: same order)
+    # rows of each exchange (one per local expert index l): to each rank / from each rank
+    segment_send: list[list[int]] = field(repr=False)
+    segment_recv: list[list[int]] = field(repr=False)
     slot_rows: np.ndarray | None = field(default=None, repr=False)  # dropless: returned row of each (token, slot)
 
 
@@ -77,6 +81,35 @@ def _take_rows(a: Array, idx: np.ndarray) -> Array:
         out = kit_for("torch").empty((len(idx), *a.shape[1:]), like=a)
         return torch.index_select(a, 0, index, out=out)
     return np.take(a, idx, axis=0)
+
+
+def _exchange_segments(
+    comm: Comm, x: Array, segment_send: list[list[int]], segment_recv: list[list[int]], what: str
+) -> Array:
+    """One exchange per segment: ``x`` is ``[sum of all sends, *F]``, segment l's rows in rank
+    order (``segment_send[l][j]`` rows for rank j); the result is ``[sum of all receives, *F]``,
+    segment l's rows from every rank in rank order, each exchange writing straight into its
+    block. Returns numpy for numpy; on the autograd tape the backward is the reverse exchange."""
+    call = ops._Call(what, x, comm, False)
+    call.take_input()
+    xt = call.x if call.kit.is_contiguous(call.x) else ops._contiguous(call, call.x)
+    kit, impl = call.kit, call.impl
+    row_bytes = ops.numel(xt.shape[1:]) * kit.itemsize(xt)
+    out = ops._alloc(call, [sum(map(sum, segment_recv)), *xt.shape[1:]], like=xt)
+    sent = received = 0
+    for sends, recvs in zip(segment_send, segment_recv):
+        s_rows, r_rows = sum(sends), sum(recvs)
+        send, recv = xt[sent : sent + s_rows], out[received : received + r_rows]
+        impl.alltoallv(kit.bytes_of(recv.reshape(-1)), kit.bytes_of(send.reshape(-1)),
+                       [c * row_bytes for c in recvs], [c * row_bytes for c in sends], what)
+        call.stats.bytes_sent += (s_rows - sends[call.rank]) * row_bytes
+        call.stats.bytes_received += (r_rows - recvs[call.rank]) * row_bytes
+        sent, received = sent + s_rows, received + r_rows
+    if ops._wants_grad(x):
+        from . import autograd
+
+        out = autograd.attach_reverse(x, out, lambda grad: _exchange_segments(comm, grad, segment_recv, segment_send, what))
+    return call.result(out)
 
 
 def _validate_ids(expert_ids: Any, num_tokens: int, num_experts: int) -> np.ndarray:
@@ -172,39 +205,38 @@ def dispatch(
     counts = gathered[:, :-1].reshape(n, experts)
     kept_counts = _kept_counts(counts, None if capacity is None else cap)
 
-    # Source side: pairs sorted by (expert, token, slot); the first kept_counts[rank, e] of each
+    # Source side: pairs sorted by (local expert index l, destination rank, token, slot), so
+    # that what goes out in exchange l is one run; the first kept_counts[rank, e] of each
     # expert's run stay, the rest are dropped.
-    order = np.argsort(expert_of_pair, kind="stable")
-    run_start = np.cumsum(counts[rank]) - counts[rank]
-    position_in_run = np.arange(order.size) - np.repeat(run_start, counts[rank])
-    keep = position_in_run < np.repeat(kept_counts[rank], counts[rank])
+    local_index, owner = np.divmod(expert_of_pair, per_rank)[1], expert_of_pair // per_rank
+    order = np.argsort(local_index * n + owner, kind="stable")
+    by_run = counts[rank].reshape(n, per_rank).T.reshape(-1)  # runs in (l, rank) order
+    kept_by_run = kept_counts[rank].reshape(n, per_rank).T.reshape(-1)
+    run_start = np.cumsum(by_run) - by_run
+    position_in_run = np.arange(order.size) - np.repeat(run_start, by_run)
+    keep = position_in_run < np.repeat(kept_by_run, by_run)
     send_rows = order[keep]
     dropped_pairs = np.sort(order[~keep])
     kept = np.ones(num_tokens * top_k, dtype=bool)
     kept[dropped_pairs] = False
     send_counts = [int(v) for v in kept_counts[rank].reshape(n, per_rank).sum(axis=1)]
 
-    # Receiver side: rows arrive source-major (rank i's rows for my experts, by expert); the
-    # result is expert-major.
+    # Receiver side: exchange l brings every rank's rows for this rank's l-th expert, in rank
+    # order, straight into that expert's block: the result is expert-major with no reorder.
     mine = kept_counts[:, rank * per_rank : (rank + 1) * per_rank]  # [N, L]
     recv_counts = [int(v) for v in mine.sum(axis=1)]
-    expert_major = None
-    if n > 1 and per_rank > 1:
-        start = (np.cumsum(mine.reshape(-1)) - mine.reshape(-1)).reshape(n, per_rank)
-        expert_major = np.concatenate(
-            [np.arange(start[i, le], start[i, le] + mine[i, le]) for le in range(per_rank) for i in range(n)]
-            or [np.zeros(0, dtype=np.int64)]
-        ).astype(np.int64)
+    segment_send = [[int(kept_counts[rank, j * per_rank + le]) for j in range(n)] for le in range(per_rank)]
+    segment_recv = [[int(mine[i, le]) for i in range(n)] for le in range(per_rank)]
 
     rows = _take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
-    received, _ = ops.all_to_all_v(rows, send_counts, comm_, recv_counts=recv_counts, check=False)
-    expert_inputs = received if expert_major is None else _take_rows(received, expert_major)
+    expert_inputs = _exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)")
     handle = MoEHandle(
         tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
         dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
         kept=kept.reshape(num_tokens, top_k),
         send_counts=send_counts, recv_counts=recv_counts, counts=counts, num_experts=experts, top_k=top_k,
-        num_tokens=num_tokens, comm=comm_, send_rows=send_rows, expert_major=expert_major,
+        num_tokens=num_tokens, comm=comm_, send_rows=send_rows, segment_send=segment_send,
+        segment_recv=segment_recv,
         slot_rows=np.argsort(send_rows, kind="stable") if dropped_pairs.size == 0 else None,
     )
     return expert_inputs, handle
@@ -248,10 +280,8 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
         call.agree(free_dims=(0,), need_shapes=False)
     elif call.error is not None:
         raise call.error
-    y = expert_outputs
-    if handle.expert_major is not None:
-        y = _take_rows(y, np.argsort(handle.expert_major, kind="stable"))
-    back, _ = ops.all_to_all_v(y, handle.recv_counts, comm_, recv_counts=handle.send_counts, check=False)
+    # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
+    back = _exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])
     if handle.slot_rows is not None:  # dropless: every (token, slot) has its row, so gather
