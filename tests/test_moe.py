@@ -25,6 +25,12 @@ SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[Healt
 DTYPES = ["float32", "float64", "int8", "int64", "bool", "complex64", "float16"]
 
 
+def assert_every_case_passes(rank_fn, n, cases):
+    """Run ``cases`` on ``n`` ranks; every rank must report None (no problem) for every case."""
+    for rank, problems in enumerate(rs.spawn(rank_fn, n, args=(cases,), timeout=120)):
+        assert problems == [None] * len(cases), (rank, [(c, p) for c, p in zip(cases, problems) if p])
+
+
 @st.composite
 def a2av_batch(draw):
     n = draw(st.integers(1, 4))
@@ -40,9 +46,7 @@ def a2av_batch(draw):
 @SETTINGS
 @given(a2av_batch())
 def test_all_to_all_v_matches_the_oracle(example):
-    n, cases = example
-    for rank, problems in enumerate(rs.spawn(moe_rank.run_a2av, n, args=(cases,), timeout=120)):
-        assert problems == [None] * len(cases), (rank, [(c, p) for c, p in zip(cases, problems) if p])
+    assert_every_case_passes(moe_rank.run_a2av, *example)
 
 
 @st.composite
@@ -63,9 +67,7 @@ def moe_batch(draw):
 @SETTINGS
 @given(moe_batch())
 def test_dispatch_combine_match_the_oracle(example):
-    n, cases = example
-    for rank, problems in enumerate(rs.spawn(moe_rank.run_moe, n, args=(cases,), timeout=120)):
-        assert problems == [None] * len(cases), (rank, [(c, p) for c, p in zip(cases, problems) if p])
+    assert_every_case_passes(moe_rank.run_moe, *example)
 
 
 FIXED_MOE = [

@@ -620,9 +620,7 @@ def _collapsed(shape: Sequence[int], dim: int) -> list[int]:
 
 
 def _typed_exchange_fits(call: _Call, x: Array, s: int, c: int, out_shape: Sequence[int]) -> bool:
-    if not hasattr(call.impl, "subarray") or not call.kit.is_contiguous(x):
-        return False
-    if not TYPED_MIN_BYTES <= numel(x.shape) * call.kit.itemsize(x) <= TYPED_MAX_BYTES:
+    if not _uses_typed_path(call, x):
         return False
     if numel(x.shape[:s]) == 1 and numel(out_shape[:c]) == 1:
         return False  # pieces and result are plain runs: the byte exchange copies nothing anyway

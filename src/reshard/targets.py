@@ -35,12 +35,12 @@ class Target:
         return self.measured <= self.limit if self.at_most else self.measured >= self.limit
 
 
-def _time(rows: list[bench.Row], size: int, method: str) -> float:
-    return next(r.time_us for r in rows if r.size == size and r.method == method)
-
-
 def _row(rows: list[bench.Row], size: int, method: str) -> bench.Row:
     return next(r for r in rows if r.size == size and r.method == method)
+
+
+def _time(rows: list[bench.Row], size: int, method: str) -> float:
+    return _row(rows, size, method).time_us
 
 
 def _command(engine: str, ranks: int, op: str, sizes: list[int], methods: list[str]) -> str:
@@ -48,7 +48,7 @@ def _command(engine: str, ranks: int, op: str, sizes: list[int], methods: list[s
     return f"reshard bench --engine {engine} --ranks {ranks} --op {op} --sizes {listed} --methods {','.join(methods)}"
 
 
-def _memory(rows: list[bench.Row], engine: str, ranks: int, size: int, command: str) -> Target:
+def _memory(rows: list[bench.Row], ranks: int, size: int, command: str) -> Target:
     extra = _row(rows, size, "reshard").extra_bytes
     return Target("peak extra memory per rank <= one shard", f"{ranks} ranks, {bench.human(size)}",
                   extra / size, 1.0, "x", True, command)
@@ -97,7 +97,7 @@ def measure(engine: str, ranks_list: tuple[int, ...] = (2, 3, 4), progress: Call
                 out.append(Target("DTensor redistribute / reshard (speed-up)", f"{where}, 16 MiB",
                                   _time(rows, 16 * MiB, "dtensor") / _time(rows, 16 * MiB, "reshard"), 5.0, "x", False,
                                   command))
-            out.append(_memory(rows, engine, n, 16 * MiB, command))
+            out.append(_memory(rows, n, 16 * MiB, command))
         out.extend(_startup(startup or _wall_seconds))
     else:
         for n in ranks_list:
@@ -109,7 +109,7 @@ def measure(engine: str, ranks_list: tuple[int, ...] = (2, 3, 4), progress: Call
             if n == 4:
                 out.append(Target("latency of a checked redistribute", "4 ranks, 64 KiB",
                                   _time(rows, 64 * 1024, "reshard") / 1000, 0.15, "ms", True, command))
-            out.append(_memory(rows, engine, n, 64 * MiB, command))
+            out.append(_memory(rows, n, 64 * MiB, command))
     rows, command = run(4, "moe", [16 * MiB], ["reshard", "raw"])
     out.append(Target("MoE dispatch + combine / the two bare exchanges (issue 5)", "4 ranks, 16 MiB of tokens",
                       _time(rows, 16 * MiB, "reshard") / _time(rows, 16 * MiB, "raw"), 1.3, "x", True, command))

@@ -131,9 +131,7 @@ class MPIEngine:
         The types must stay alive while ``run`` is used: check ``types_epoch`` (it changes
         when this engine frees its cached types)."""
         def side(types: Sequence[Any]) -> tuple[tuple[list, list], list]:
-            pieces = [(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in types]
-            counts, displs, kinds = zip(*pieces)
-            return (list(counts), list(displs)), list(kinds)
+            return _layout([(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in types])
 
         (s_layout, s_types), (r_layout, r_types) = side(send_types), side(recv_types)
         alltoallw = self.mpi_comm.Alltoallw
@@ -147,11 +145,7 @@ class MPIEngine:
         return run
 
     def _alltoallw(self, rbuf: np.ndarray, sbuf: np.ndarray, sends: Sequence[tuple], recvs: Sequence[tuple]) -> None:
-        def spec(buf: np.ndarray, pieces: Sequence[tuple]) -> list:
-            counts, displs, types = zip(*pieces)
-            return [buf, (list(counts), list(displs)), list(types)]
-
-        self.mpi_comm.Alltoallw(spec(sbuf, sends), spec(rbuf, recvs))
+        self.mpi_comm.Alltoallw([sbuf, *_layout(sends)], [rbuf, *_layout(recvs)])
 
     def allgather(self, recv: Any, send: Any, what: str) -> None:
         """Every rank's ``send`` (equal byte lengths), stacked in rank order into ``recv``."""
@@ -212,6 +206,12 @@ class MPIEngine:
             with contextlib.suppress(MPI.Exception):
                 self.mpi_comm.Free()
             self.mpi_comm = MPI.COMM_NULL
+
+
+def _layout(pieces: Sequence[tuple]) -> tuple[tuple[list, list], list]:
+    """(count, displacement, type) per peer -> mpi4py's ((counts, displacements), types)."""
+    counts, displs, types = zip(*pieces)
+    return (list(counts), list(displs)), list(types)
 
 
 def _displs(counts: Sequence[int]) -> list[int]:
