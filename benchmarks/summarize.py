@@ -32,7 +32,8 @@ def table(path: str) -> str:
         return targets_table(data)
     meta, rows = data["meta"], data["rows"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    lines = [f"**{meta['op']}, {meta['ranks']} ranks, {meta['engine']}** (`{' '.join(meta['command'][-12:])}`)", ""]
+    command = " ".join(["reshard", *meta["command"][1:]])  # whatever path the program was run by
+    lines = [f"**{meta['op']}, {meta['ranks']} ranks, {meta['engine']}** (`{command}`)", ""]
     lines.append("| size | " + " | ".join(f"{m} (us)" for m in methods) + " | reshard / raw | reshard-nocheck / raw | "
                  "dtensor / reshard | reshard / memcpy | #wrong | extra mem |")
     lines.append("|" + "---|" * (len(methods) + 7))

@@ -223,3 +223,36 @@ def page_faults_per_call(comm, nbytes, calls):
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
         del y
     return faults
+
+
+def pack_bytes_first_call(comm, shape, one_call):
+    """Bytes the first Shard(0)->Shard(1) call took beyond its result (the pack buffer), and
+    whether the result was right; ``one_call``: gloo's single all_to_all_single path."""
+    import torch
+
+    comm._impl.pairwise = not one_call
+    full = pattern(shape, "float32")
+    x = torch.from_numpy(rs.local_shard(full, rs.Shard(0), comm.rank, comm.size))
+    out = rs.redistribute(x, rs.Shard(0), rs.Shard(1))
+    stats = rs.last_exchange()
+    want = placement_slice(full, ("shard", 1), comm.rank, comm.size)
+    return stats.allocated_bytes - out.numel() * 4, x.numel() * 4, bool(np.array_equal(out.numpy(), want))
+
+
+def user_message_beside_reshard(comm):
+    """Rank 1 posts its own irecv (tag 0) from rank 0 before a reshard exchange and rank 0
+    sends that message after it: the exchange must neither take nor disturb it."""
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.full((64,), -1.0)
+    pending = dist.irecv(mine, src=0) if comm.rank == 1 else None
+    x = torch.arange(8 * 6, dtype=torch.float32).reshape(8, 6) + 100 * comm.rank
+    out = rs.all_to_all(x, 1, 0)
+    if comm.rank == 0:
+        dist.send(torch.arange(64, dtype=torch.float32), dst=1)
+    if pending is not None:
+        pending.wait()
+    full = np.concatenate([np.arange(48, dtype=np.float32).reshape(8, 6) + 100 * r for r in range(comm.size)])
+    want = full[:, 3 * comm.rank : 3 * comm.rank + 3]
+    return bool(np.array_equal(out.numpy(), want)), mine.tolist()

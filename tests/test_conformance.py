@@ -18,14 +18,16 @@ import pytest
 
 import reshard as rs
 from cases import all_cases, case_id
-from conformance import run_cases, run_cases_without_torch
+from conformance import run_cases, run_cases_one_call, run_cases_without_torch
 from oracle import reduce_in_order
 
 WORLD_SIZES = (1, 2, 3, 4)
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 # "mpi-notorch": the MPI engine in rank processes where `import torch` fails (numpy alone).
-ENGINES = ("gloo", "mpi", "mpi-notorch")
-KINDS = {"gloo": ("torch", "numpy"), "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",)}
+# "gloo-one-call": gloo moving each op's pieces in one all_to_all_single, as NCCL does, rather
+# than in its own point-to-point messages.
+ENGINES = ("gloo", "gloo-one-call", "mpi", "mpi-notorch")
+KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",)}
 NO_TORCH_DIR = os.path.join(os.path.dirname(__file__), "no_torch")
 
 
@@ -39,6 +41,8 @@ def results_for(engine: str, n: int) -> tuple[list[dict], list[list]]:
             per_rank = rs.spawn(run_cases_without_torch, n, engine="mpi", args=(cases,), timeout=600)
         finally:
             os.environ.pop("PYTHONPATH") if old is None else os.environ.__setitem__("PYTHONPATH", old)
+    elif engine == "gloo-one-call":
+        per_rank = rs.spawn(run_cases_one_call, n, engine="gloo", args=(cases,), timeout=600)
     else:
         per_rank = rs.spawn(run_cases, n, engine=engine, args=(cases,), timeout=600)
     return cases, per_rank
@@ -46,7 +50,7 @@ def results_for(engine: str, n: int) -> tuple[list[dict], list[list]]:
 
 def _params():
     for engine in ENGINES:
-        marks = [] if engine == "gloo" or HAVE_MPI else [pytest.mark.skip(reason="mpi4py is not installed")]
+        marks = [] if engine.startswith("gloo") or HAVE_MPI else [pytest.mark.skip(reason="mpi4py is not installed")]
         for n in WORLD_SIZES:
             for i, case in enumerate(all_cases(n, KINDS[engine])):
                 yield pytest.param(engine, n, i, id=f"{engine}-N{n}-{i}-{case_id(case)}", marks=marks)

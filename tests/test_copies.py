@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 import reshard as rs
-from rank_fns import copies, page_faults_per_call
+from rank_fns import copies, pack_bytes_first_call, page_faults_per_call, user_message_beside_reshard
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -32,6 +32,27 @@ def test_bytes_sent_exclude_own_piece():
     for stats, _, _ in results:
         assert stats.bytes_sent == 2 * (2 * 2 * 4)  # two 2x2 float32 blocks leave each rank
         assert stats.bytes_received == 2 * (2 * 2 * 4)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_gloo_packs_only_the_pieces_that_leave(n):
+    # gloo moves pieces as one message per peer: the own piece goes straight from x into the
+    # result, so the pack buffer holds the (N-1)/N of the shard that leaves the rank. The
+    # one-call path (NCCL's) packs the whole shard.
+    shape = (4 * n, 30 * n)
+    for extra, shard, correct in rs.spawn(pack_bytes_first_call, n, args=(shape, False)):
+        assert correct
+        assert extra == shard * (n - 1) // n
+    for extra, shard, correct in rs.spawn(pack_bytes_first_call, n, args=(shape, True)):
+        assert correct
+        assert extra == shard
+
+
+def test_gloo_messages_leave_a_users_own_messages_alone():
+    for rank, (correct, mine) in enumerate(rs.spawn(user_message_beside_reshard, 2)):
+        assert correct
+        if rank == 1:
+            assert mine == [float(v) for v in range(64)]
 
 
 ENGINES = ["gloo", pytest.param("mpi", marks=pytest.mark.skipif(

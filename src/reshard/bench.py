@@ -13,6 +13,9 @@ Methods (``--op all_to_all`` / ``redistribute``: Shard(0) -> Shard(1) of a float
   MPI ``Alltoall``), into a preallocated buffer: the engine alone.
 * ``dtensor``: PyTorch DTensor's ``redistribute`` doing the same layout change (torch engines).
 * ``memcpy``: every rank copying its whole buffer once, all at the same time: the floor.
+* ``raw+round`` (only when asked for): ``raw`` after an all-gather of 1 KiB, the round a
+  checked call adds to the exchange. It shows what one more round of a collective costs on
+  these cores, apart from anything reshard does.
 
 ``busbw`` uses nccl-tests' factor for all-to-all, all-gather and reduce-scatter: (N-1)/N.
 """
@@ -31,7 +34,9 @@ from typing import Any
 import numpy as np
 
 OPS = ("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe")
-METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")
+METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")  # the default set
+EXTRA_METHODS = ("raw+round",)
+ROUND_BYTES = 1024  # about the size of the check's record
 MOE_HIDDEN, MOE_EXPERTS, MOE_TOP_K = 1024, 8, 2
 
 
@@ -144,16 +149,24 @@ def _layout_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tu
     methods["reshard-nocheck"] = (lambda: call(False), lambda out: _wrong(out, want))
     packed = np.ascontiguousarray(x_np.reshape(rows, n, cr).transpose(1, 0, 2))
     raw_out = np.empty_like(packed)
+    round_out_data = np.empty_like(packed)  # its own output, so its check sees its own result
+    check_raw = lambda _: _wrong(raw_out.reshape(n * rows, cr), want)  # noqa: E731
+    check_round = lambda _: _wrong(round_out_data.reshape(n * rows, cr), want)  # noqa: E731
+    round_in, round_out = np.zeros(ROUND_BYTES, np.uint8), np.empty(n * ROUND_BYTES, np.uint8)
     if comm.engine == "mpi":
         mpi = comm.mpi_comm
-        methods["raw"] = (lambda: mpi.Alltoall(packed, raw_out), lambda _: _wrong(raw_out.reshape(n * rows, cr), want))
+        methods["raw"] = (lambda: mpi.Alltoall(packed, raw_out), check_raw)
+        methods["raw+round"] = (lambda: (mpi.Allgather(round_in, round_out), mpi.Alltoall(packed, round_out_data)),
+                                check_round)
     else:
         import torch
         import torch.distributed as dist
 
         tp, to = torch.from_numpy(packed), torch.from_numpy(raw_out)
-        methods["raw"] = (lambda: dist.all_to_all_single(to, tp, group=comm.group),
-                          lambda _: _wrong(raw_out.reshape(n * rows, cr), want))
+        ri, ro, rd = torch.from_numpy(round_in), torch.from_numpy(round_out), torch.from_numpy(round_out_data)
+        methods["raw"] = (lambda: dist.all_to_all_single(to, tp, group=comm.group), check_raw)
+        methods["raw+round"] = (lambda: (dist.all_gather_into_tensor(ro, ri, group=comm.group),
+                                         dist.all_to_all_single(rd, tp, group=comm.group)), check_round)
         if "dtensor" in wanted and n > 1:
             methods["dtensor"] = _dtensor_method(comm, torch.from_numpy(x_np), gshape, want)
     floor_src, floor_dst = case.to_kit(packed.reshape(-1)), case.to_kit(np.empty_like(packed).reshape(-1))
@@ -430,7 +443,7 @@ def ratios(rows: list[Row]) -> list[dict[str, Any]]:
         for ours in ("reshard", "reshard-nocheck"):
             if ours not in t:
                 continue
-            for base in ("raw", "dtensor", "memcpy"):
+            for base in ("raw", "raw+round", "dtensor", "memcpy"):
                 if base in t:
                     entry[f"{ours} / {base}"] = t[ours] / t[base]
         if "dtensor" in t and "reshard" in t:

@@ -11,7 +11,8 @@ from .errors import ReshardError
 from .layout import Shard, parse_placement
 from .messages import LANGS, say
 
-BENCH_METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")
+BENCH_METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")  # the default set
+BENCH_METHODS_ALL = (*BENCH_METHODS, "raw+round")
 DEMO_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "complex64")
 
 
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--sizes", default="64K..64M", help="bytes per rank: START..END (x4 steps) or a list 1M,16M (default 64K..64M)")
     bench.add_argument("--factor", type=_positive, default=4, help="step between sizes in START..END (default 4)")
     bench.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64", "int8"), default="float32")
-    bench.add_argument("--methods", default=",".join(BENCH_METHODS), help=f"comma list of {', '.join(BENCH_METHODS)}")
+    bench.add_argument("--methods", default=",".join(BENCH_METHODS), help=f"comma list of {', '.join(BENCH_METHODS_ALL)} (default: all but raw+round)")
     bench.add_argument("--iters", type=int, default=0, help="timed iterations per method and size (default: by size)")
     bench.add_argument("--warmup", type=int, default=2, help="untimed runs per method and size first (default 2)")
     bench.add_argument("--numpy", action="store_true", help="MPI engine: time numpy arrays instead of torch tensors")
@@ -179,9 +180,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"reshard bench: cannot read --sizes {args.sizes!r}: {exc}", file=sys.stderr)
         return 2
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in BENCH_METHODS]
+    unknown = [m for m in methods if m not in BENCH_METHODS_ALL]
     if unknown or not methods:
-        print(f"reshard bench: unknown method(s) {unknown}; choose from {', '.join(BENCH_METHODS)}", file=sys.stderr)
+        print(f"reshard bench: unknown method(s) {unknown}; choose from {', '.join(BENCH_METHODS_ALL)}", file=sys.stderr)
         return 2
     if args.op == "moe" and 8 % args.ranks:
         print("reshard bench: --op moe places 8 experts, so --ranks must be 1, 2, 4 or 8", file=sys.stderr)
