@@ -34,8 +34,6 @@ from typing import Any
 import numpy as np
 
 OPS = ("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe")
-METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")  # the default set
-EXTRA_METHODS = ("raw+round",)
 ROUND_BYTES = 1024  # about the size of the check's record
 MOE_HIDDEN, MOE_EXPERTS, MOE_TOP_K = 1024, 8, 2
 

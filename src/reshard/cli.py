@@ -11,6 +11,8 @@ from .errors import ReshardError
 from .layout import Shard, parse_placement
 from .messages import LANGS, say
 
+# Here rather than in bench (which imports numpy), so the CLI starts light; bench's docstring
+# says what each method measures.
 BENCH_METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")  # the default set
 BENCH_METHODS_ALL = (*BENCH_METHODS, "raw+round")
 DEMO_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "complex64")

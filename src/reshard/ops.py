@@ -475,12 +475,7 @@ def _pairwise_plan(
         if not runs_in and remote_out:
             stats.pack_copies += 1
         if not direct:
-            shapes = [recv_shapes[i] for i in range(n) if i != rank]
-            places = [(out_starts[i], lengths[i]) for i in range(n) if i != rank]
-            for view, (start, length) in zip(_segments(kit, landing, shapes), places):
-                if length and numel(view.shape):
-                    kit.copy(_narrow(out, c, start, length), view)
-            stats.unpack_copies += 1
+            _unpack_others(k, out, landing, recv_shapes, c)
         stats.recv_buffer_ptr = _data_ptr(landing)
         stats.bytes_sent += remote_out * item
         stats.bytes_received += remote_in * item
@@ -667,13 +662,21 @@ def _split_exchange(
         own_start = sum(send_sizes[:rank])
         kit.copy(_narrow(out, c, starts[rank], lengths[rank]), _narrow(x, s, own_start, send_sizes[rank]))
     if not shifted:
-        shapes = [sh for i, sh in enumerate(recv_shapes) if i != rank]
-        places = [(starts[i], lengths[i]) for i in range(n) if i != rank]
-        for view, (start, length) in zip(_segments(kit, temp, shapes), places):
-            if length and numel(view.shape):
-                kit.copy(_narrow(out, c, start, length), view)
-        call.stats.unpack_copies += 1
+        _unpack_others(call, out, temp, recv_shapes, c)
     return out
+
+
+def _unpack_others(call: _Call, out: Array, side: Array, recv_shapes: Sequence[Sequence[int]], c: int) -> None:
+    """Copy the other ranks' pieces, consecutive in rank order in the 1-D ``side`` buffer (the
+    own piece absent), into their places along ``c`` in ``out``."""
+    kit, rank = call.kit, call.rank
+    lengths = [shape[c] for shape in recv_shapes]
+    starts = offsets(lengths)
+    others = [i for i in range(call.size) if i != rank]
+    for view, i in zip(_segments(kit, side, [recv_shapes[i] for i in others]), others):
+        if lengths[i] and numel(view.shape):
+            kit.copy(_narrow(out, c, starts[i], lengths[i]), view)
+    call.stats.unpack_copies += 1
 
 
 # The MPI engine's datatype path moves pieces straight from ``x`` into the result: one
