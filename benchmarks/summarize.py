@@ -17,11 +17,14 @@ def _ratio(entry: dict, key: str) -> str:
 
 def targets_table(data: dict) -> str:
     lines = [f"**issue 7 targets, {data['engine']}** (`reshard bench --engine {data['engine']} --targets`)", "",
-             "| target | where | measured | limit | met | the table behind it |", "|---|---|---|---|---|---|"]
+             "| target | where | measured | limit | met | bare call | the table behind it |",
+             "|---|---|---|---|---|---|---|"]
     for t in data["targets"]:
         sign = "<=" if t["at_most"] else ">="
+        verdict = "yes" if t["met"] else "no" if t.get("reachable", True) else "no (out of reach)"
+        bound = "-" if t.get("bound") is None else f"{t['bound']:.2f}{t['unit']}"
         lines.append(f"| {t['goal']} | {t['where']} | {t['measured']:.2f}{t['unit']} | {sign} {t['limit']:.2f}{t['unit']} | "
-                     f"{'yes' if t['met'] else 'no'} | `{t['command']}` |")
+                     f"{verdict} | {bound} | `{t['command']}` |")
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,8 @@ from reshard import bench, cli, targets
 
 MiB = 1 << 20
 # time (us) per method, scaled by size and rank count, so every ratio is known in advance
-BASE = {"reshard": 300.0, "reshard-nocheck": 110.0, "raw": 100.0, "dtensor": 2000.0, "memcpy": 200.0}
+BASE = {"reshard": 300.0, "reshard-nocheck": 110.0, "raw": 100.0, "raw+round": 180.0, "dtensor": 2000.0,
+        "memcpy": 200.0}
 
 
 def fake_time(method, size, ranks):
@@ -46,8 +47,12 @@ def test_gloo_targets(calls):
     assert off.measured == pytest.approx(110 / 100) and off.met  # 1.10 <= 1.15
     on = places[("redistribute / bare all_to_all_single, check on", "4 ranks, 16 MiB")]
     assert on.measured == pytest.approx(3.0) and not on.met
+    # the bare call after the check's round already takes 1.8x the bare call: no reshard gets 1.15x
+    assert on.bound == pytest.approx(180 / 100) and not on.reachable
+    assert off.bound is None and off.reachable  # nothing in the run bounds it
     speed = places[("DTensor redistribute / reshard (speed-up)", "4 ranks, 16 MiB")]
     assert speed.measured == pytest.approx(2000 / 300) and speed.met  # at least 5x
+    assert speed.bound == pytest.approx(2000 / 100) and speed.reachable
     assert ("DTensor redistribute / reshard (speed-up)", "2 ranks, 16 MiB") not in places  # the issue asks 3 and 4
     assert places[("peak extra memory per rank <= one shard", "2 ranks, 16 MiB")].met  # exactly one shard
     assert places[("start-up: `reshard demo` (3 ranks, gloo)", "fresh process")].met
@@ -59,9 +64,11 @@ def test_mpi_targets(calls):
     places = by_place(found)
     floor = places[("redistribute / concurrent memcpy floor", "2 ranks, 64 MiB")]
     assert floor.measured == pytest.approx(300 / 200) and floor.met  # 1.5x is within 1.5x
+    assert floor.bound == pytest.approx(100 / 200) and floor.reachable
     latency = places[("latency of a checked redistribute", "4 ranks, 64 KiB")]
     assert latency.measured == pytest.approx(fake_time("reshard", 64 * 1024, 4) / 1000)
     assert latency.unit == "ms" and latency.met == (latency.measured <= 0.15)
+    assert latency.bound == pytest.approx(fake_time("raw+round", 64 * 1024, 4) / 1000)
     assert not any("start-up" in t.goal for t in found)  # start-up is a gloo target
 
 
@@ -84,4 +91,6 @@ def test_cli_writes_the_verdicts(calls, monkeypatch, tmp_path, capsys):
     assert all(set(t) >= {"goal", "where", "measured", "limit", "met", "command"} for t in data["targets"])
     printed = capsys.readouterr().out
     met = sum(t["met"] for t in data["targets"])
-    assert f"{met} of {len(data['targets'])} met" in printed
+    beyond = sum(not t["reachable"] for t in data["targets"])
+    assert beyond == 3  # check on at 16 MiB on 2, 3 and 4 ranks: the stub's round costs 80% of the bare call
+    assert f"{met} of {len(data['targets'])} met; {beyond} out of reach" in printed
