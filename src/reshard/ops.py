@@ -425,7 +425,8 @@ def _pairwise_plan(
     """The exchange as one message per peer (gloo): every receive is posted first, straight
     into the result when the received pieces are runs of it; each piece is packed just before
     its send, so the next pack overlaps the bytes already moving; the own piece never enters
-    the engine and is copied last, while the others arrive."""
+    the engine and is copied last, while the others arrive. Every offset and shape is worked
+    out here, once: at 1 MiB a call's Python is a fifth of the bare exchange's time."""
     n, rank, kit, item = call.size, call.rank, call.kit, call.kit.itemsize(x)
     send_shapes = [_with_dim(x.shape, s, k) for k in send_sizes]
     send_counts = [numel(shape) for shape in send_shapes]
@@ -434,44 +435,43 @@ def _pairwise_plan(
     lengths = [shape[c] for shape in recv_shapes]
     out_starts = offsets(lengths)
     direct = numel(out_shape[:c]) == 1  # the pieces stacked in rank order are the result
-    peers = [(rank + k) % n for k in range(1, n)]  # ring order, as gloo's own all-to-all
-    sources = [(rank - k) % n for k in range(1, n)]
     remote_in = sum(recv_counts) - recv_counts[rank]
     remote_out = sum(send_counts) - send_counts[rank]
     result_shape = tuple(out_shape)
     runs_in = kit.is_contiguous(x) and numel(x.shape[:s]) == 1  # the pieces of x are runs of it
     after = numel(x.shape[s + 1 :])
+    # (source, first, last) element of each receive in the landing buffer, sources in ring order
+    at_in = offsets(recv_counts if direct else [0 if i == rank else m for i, m in enumerate(recv_counts)])
+    receives = [(i, at_in[i], at_in[i] + recv_counts[i]) for i in ((rank - k) % n for k in range(1, n))
+                if recv_counts[i]]
+    # (peer, first, last) of each piece in x's elements (runs_in) or the pack buffer, and its
+    # [start, length] along s; peers in ring order, as gloo's own all-to-all
+    pieces, at = [], 0
+    for j in ((rank + k) % n for k in range(1, n)):
+        m = send_counts[j]
+        if m:
+            first = send_starts[j] * after if runs_in else at
+            pieces.append((j, first, first + m, tuple(send_shapes[j]), send_starts[j], send_sizes[j]))
+            at += 0 if runs_in else m
+    own = bool(lengths[rank] and recv_counts[rank])
 
     def run(k: _Call, xt: Array, sent: Any = None) -> Array:
-        stats = k.stats
         out = _alloc(k, result_shape, like=xt)
-        if direct:
-            landing, at_in = out.reshape(-1), offsets(recv_counts)
-        else:
-            landing = _alloc(k, [remote_in], like=xt)
-            at_in = offsets([0 if i == rank else m for i, m in enumerate(recv_counts)])
-        recvs = [(i, kit.bytes_of(landing[at_in[i] : at_in[i] + recv_counts[i]])) for i in sources if recv_counts[i]]
-        flat = xt.reshape(-1) if runs_in else None
-        packed = None if runs_in else _scratch(k, remote_out, like=xt)
+        landing = out.reshape(-1) if direct else _alloc(k, [remote_in], like=xt)
+        recvs = [(i, landing[a:b]) for i, a, b in receives]
+        source = xt.reshape(-1) if runs_in else _scratch(k, remote_out, like=xt)
 
         def sends() -> Iterator[tuple[int, Array]]:
-            at = 0
-            for j in peers:
-                m = send_counts[j]
-                if not m:
-                    continue
-                if flat is not None:
-                    piece = flat[send_starts[j] * after : send_starts[j] * after + m]
-                else:
-                    piece = packed[at : at + m]
-                    kit.copy(piece.reshape(tuple(send_shapes[j])), _narrow(xt, s, send_starts[j], send_sizes[j]))
-                    at += m
-                yield j, kit.bytes_of(piece)
-            if lengths[rank] and recv_counts[rank]:  # while the others' pieces arrive
-                kit.copy(_narrow(out, c, out_starts[rank], lengths[rank]),
-                         _narrow(xt, s, send_starts[rank], send_sizes[rank]))
+            for j, a, b, shape, start, size in pieces:
+                piece = source[a:b]
+                if not runs_in:
+                    kit.copy(piece.reshape(shape), _narrow(xt, s, start, size))
+                yield j, piece
+            if own:  # while the others' pieces arrive
+                kit.copy(_narrow(out, c, out_starts[rank], lengths[rank]), _narrow(xt, s, send_starts[rank], send_sizes[rank]))
 
         k.impl.exchange_pairs(recvs, sends(), k.op)
+        stats = k.stats
         if not runs_in and remote_out:
             stats.pack_copies += 1
         if not direct:

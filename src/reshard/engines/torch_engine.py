@@ -81,12 +81,16 @@ class TorchEngine:
     ) -> None:
         """Point-to-point messages: receive each ``(peer, buffer)`` of ``recvs``; send each one
         that ``sends`` yields, as it yields it (the caller's pack of the next piece runs while
-        this one moves). Buffers are 1-D uint8; at most one message per pair of ranks and
-        direction, of exactly the length its receiver expects."""
+        this one moves). Buffers are contiguous 1-D tensors (any dtype: gloo moves their bytes);
+        at most one message per pair of ranks and direction, of exactly the byte length its
+        receiver expects. Peers are ranks of this engine's group. The group's own ``recv`` and
+        ``send`` are called directly: ``dist.irecv``/``isend`` look the default group up several
+        times per call, which cost 5-10 us a message here."""
+        group = self.group
         with self._guard(what):
-            works = [dist.irecv(buf, src=peer, group=self.group, tag=PAIR_TAG) for peer, buf in recvs]
+            works = [group.recv([buf], peer, PAIR_TAG) for peer, buf in recvs]
             for peer, buf in sends:
-                works.append(dist.isend(buf, dst=peer, group=self.group, tag=PAIR_TAG))
+                works.append(group.send([buf], peer, PAIR_TAG))
             for work in works:
                 work.wait()
 
