@@ -57,10 +57,26 @@ class TorchKit:
         import torch
 
         self.torch = torch
+        # numpy's twin of each torch dtype that has one (bfloat16 and friends have none): a
+        # result allocated in it needs no view or reshape afterwards, which a 1 MiB call feels
+        self._numpy_dtype: dict[Any, Any] = {}
+
+    def _twin(self, dtype: Any) -> Any:
+        twin = self._numpy_dtype.get(dtype, False)
+        if twin is False:
+            try:
+                twin = self.torch.empty(0, dtype=dtype).numpy().dtype
+            except (TypeError, RuntimeError):
+                twin = None
+            self._numpy_dtype[dtype] = twin
+        return twin
 
     def empty(self, shape: Sequence[int], like: Any) -> Any:
         nbytes = numel(shape) * like.element_size()
         if nbytes >= _NUMPY_ALLOC_MIN_BYTES and like.device.type == "cpu":
+            twin = self._twin(like.dtype)
+            if twin is not None:
+                return self.torch.from_numpy(np.empty(tuple(shape), dtype=twin))
             raw = self.torch.from_numpy(np.empty(nbytes, dtype=np.uint8))
             return raw.view(like.dtype).reshape(tuple(shape))
         return self.torch.empty(tuple(shape), dtype=like.dtype, device=like.device)

@@ -459,9 +459,9 @@ def _pairwise_plan(
         out = _alloc(k, result_shape, like=xt)
         landing = out.reshape(-1) if direct else _alloc(k, [remote_in], like=xt)
         recvs = [(i, landing[a:b]) for i, a, b in receives]
-        source = xt.reshape(-1) if runs_in else _scratch(k, remote_out, like=xt)
 
-        def sends() -> Iterator[tuple[int, Array]]:
+        def sends() -> Iterator[tuple[int, Array]]:  # runs once the receives are posted
+            source = xt.reshape(-1) if runs_in else _scratch(k, remote_out, like=xt)
             for j, a, b, shape, start, size in pieces:
                 piece = source[a:b]
                 if not runs_in:
@@ -505,7 +505,7 @@ def _scratch(call: _Call, count: int, like: Array) -> Array:
     """A 1-D buffer of ``count`` elements like ``like``, reused across calls (not zeroed)."""
     item = call.kit.itemsize(like)
     nbytes = count * item
-    key = (call.kit.name, str(getattr(like, "device", "cpu")))
+    key = (call.kit.name, getattr(like, "device", None))
     _scratch_cache = _scratch_local.__dict__.setdefault("buffers", {})
     cached = _scratch_cache.get(key)
     if cached is None or cached.shape[0] < nbytes:
