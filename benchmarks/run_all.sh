@@ -11,8 +11,8 @@ done
 for n in 2 3 4; do
   $R bench --engine mpi --ranks "$n" --op redistribute --sizes 64K..64M --json "$OUT/mpi-redistribute-$n.json" --plot "$OUT/mpi-redistribute-$n.png"
 done
-$R bench --engine gloo --ranks 4 --op moe --sizes 16M --json "$OUT/gloo-moe-4.json"
-$R bench --engine mpi --ranks 4 --op moe --sizes 16M --json "$OUT/mpi-moe-4.json"
+$R bench --engine gloo --ranks 4 --op moe --sizes 16M --methods reshard,reshard-nocheck,raw,raw+local,memcpy --json "$OUT/gloo-moe-4.json"
+$R bench --engine mpi --ranks 4 --op moe --sizes 16M --methods reshard,reshard-nocheck,raw,raw+local,memcpy --json "$OUT/mpi-moe-4.json"
 $R bench --engine gloo --ranks 4 --op all_gather --sizes 1M,16M --json "$OUT/gloo-all_gather-4.json"
 $R bench --engine gloo --ranks 4 --op reduce_scatter --sizes 1M,16M --json "$OUT/gloo-reduce_scatter-4.json"
 for n in 2 3 4; do

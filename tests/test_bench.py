@@ -66,3 +66,19 @@ def test_bench_rejects_bad_options():
     assert reshard_cli("bench", "--sizes", "lots").returncode == 2
     assert reshard_cli("bench", "--methods", "fast").returncode == 2
     assert reshard_cli("bench", "--op", "moe", "--ranks", "3").returncode == 2
+
+
+@pytest.mark.parametrize("engine, extra", [("gloo", ()), pytest.param("mpi", (), marks=pytest.mark.skipif(
+    not HAVE_MPI, reason="mpi4py is not installed")), pytest.param("mpi", ("--numpy",), marks=pytest.mark.skipif(
+    not HAVE_MPI, reason="mpi4py is not installed"))])
+def test_moe_by_hand_baseline_is_checked(engine, extra, tmp_path):
+    # raw+local gathers the routed rows, exchanges them there and back and sums each token's
+    # k results: with identity experts and weights 1/k its output must be the tokens, exactly
+    out = tmp_path / "r.json"
+    run = reshard_cli("bench", "--engine", engine, "--ranks", "2", "--op", "moe", "--sizes", "256K", "--iters", "2",
+                      "--methods", "reshard,raw,raw+local", "--json", str(out), *extra, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads(out.read_text())
+    assert {r["method"] for r in data["rows"]} == {"reshard", "raw", "raw+local"}
+    assert all(r["wrong"] == 0 for r in data["rows"])
+    assert "reshard / raw+local" in data["ratios"][0]

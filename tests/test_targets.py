@@ -13,8 +13,8 @@ from reshard import bench, cli, targets
 
 MiB = 1 << 20
 # time (us) per method, scaled by size and rank count, so every ratio is known in advance
-BASE = {"reshard": 300.0, "reshard-nocheck": 110.0, "raw": 100.0, "raw+round": 180.0, "dtensor": 2000.0,
-        "memcpy": 200.0}
+BASE = {"reshard": 300.0, "reshard-nocheck": 110.0, "raw": 100.0, "raw+round": 180.0, "raw+local": 120.0,
+        "dtensor": 2000.0, "memcpy": 200.0}
 
 
 def fake_time(method, size, ranks):
@@ -41,7 +41,7 @@ def by_place(found):
 def test_gloo_targets(calls):
     found = targets.measure("gloo", progress=lambda _: None, startup=lambda args: 3.0 if args[0] == "demo" else 0.7)
     assert [c[1] for c in calls if c[2] == "redistribute"] == [2, 3, 4]
-    assert ("gloo", 4, "moe", (16 * MiB,), ("reshard", "raw")) in calls
+    assert ("gloo", 4, "moe", (16 * MiB,), ("reshard", "raw", "raw+local")) in calls
     places = by_place(found)
     off = places[("redistribute / bare all_to_all_single, check off", "3 ranks, 1 MiB")]
     assert off.measured == pytest.approx(110 / 100) and off.met  # 1.10 <= 1.15
@@ -55,6 +55,9 @@ def test_gloo_targets(calls):
     assert speed.bound == pytest.approx(2000 / 100) and speed.reachable
     assert ("DTensor redistribute / reshard (speed-up)", "2 ranks, 16 MiB") not in places  # the issue asks 3 and 4
     assert places[("peak extra memory per rank <= one shard", "2 ranks, 16 MiB")].met  # exactly one shard
+    moe = places[("MoE dispatch + combine / the two bare exchanges (issue 5)", "4 ranks, 16 MiB of tokens")]
+    assert moe.measured == pytest.approx(3.0) and not moe.met
+    assert moe.bound == pytest.approx(120 / 100) and moe.reachable  # the local passes fit in 1.3x here
     assert places[("start-up: `reshard demo` (3 ranks, gloo)", "fresh process")].met
     assert not places[("start-up: `reshard plan`", "fresh process")].met  # 0.7 s > 0.5 s
 

@@ -16,6 +16,10 @@ Methods (``--op all_to_all`` / ``redistribute``: Shard(0) -> Shard(1) of a float
 * ``raw+round`` (only when asked for): ``raw`` after an all-gather of 1 KiB, the round a
   checked call adds to the exchange. It shows what one more round of a collective costs on
   these cores, apart from anything reshard does.
+* ``raw+local`` (``--op moe``, only when asked for): ``raw`` plus the local passes no MoE
+  layer can skip, written by hand with preallocated buffers. Before the exchanges, the routed
+  rows are gathered in expert order; after them, each token's k results are gathered back and
+  summed with its weights. It is what dispatch + combine would cost if reshard added nothing.
 
 ``busbw`` uses nccl-tests' factor for all-to-all, all-gather and reduce-scatter: (N-1)/N.
 """
@@ -280,11 +284,62 @@ def _moe_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tuple
         return buf if comm.engine == "mpi" else _torch_bytes(buf)
 
     methods["raw"] = (bare, lambda _: _wrong(back, send))
+    if "raw+local" in wanted:
+        methods["raw+local"] = _moe_by_hand(case, x_np, ids, weights, rc, sc, rows_in)
     src = case.to_kit(np.ascontiguousarray(send).reshape(-1))
     dst = case.to_kit(np.empty(send.size, dtype=case.np_dtype))
     methods["memcpy"] = (lambda: _copy(dst, src), lambda _: _wrong(_np(dst), send.reshape(-1)))
     case.moe_rows = rows_out
     return {m: v for m, v in methods.items() if m in wanted}
+
+
+def _moe_by_hand(case: _Case, x_np: np.ndarray, ids: np.ndarray, weights: np.ndarray, recv_bytes: list[int],
+                 send_bytes: list[int], rows_in: int) -> tuple[Any, Any]:
+    """``raw+local``: the bare exchanges of an MoE layer with identity experts, plus the
+    gather of the routed rows before them and the weighted sum of each token's k results after
+    them, all into buffers allocated once. Experts are contiguous blocks of ranks, so rows in
+    expert order are rows in destination-rank order, as the exchange wants them."""
+    comm, (tokens, k), hidden = case.comm, ids.shape, x_np.shape[1]
+    order = np.argsort(ids.reshape(-1), kind="stable")  # the routed slot (token * k + j) of each sent row
+    rows, slots = order // k, np.argsort(order)  # token of each sent row; each slot's row among those back
+    send = np.empty((order.size, hidden), dtype=x_np.dtype)
+    mid = np.empty((rows_in, hidden), dtype=x_np.dtype)
+    back, picked, out = np.empty_like(send), np.empty_like(send), np.empty_like(x_np)
+    w = weights[:, None, :]  # [tokens, 1, k]: one row of weights per token, for a batched product
+
+    def as_bytes(a: np.ndarray) -> Any:
+        flat = a.reshape(-1).view(np.uint8)
+        return flat if comm.engine == "mpi" else _torch_bytes(flat)
+
+    if case.kit == "numpy":
+        def gather() -> None:
+            np.take(x_np, rows, axis=0, out=send)
+
+        def weighted_sum() -> None:
+            np.take(back, slots, axis=0, out=picked)
+            np.matmul(w, picked.reshape(tokens, k, hidden), out=out.reshape(tokens, 1, hidden))
+    else:
+        import torch
+
+        x_t, rows_t, slots_t, w_t = (torch.from_numpy(a) for a in (x_np, rows, slots, w))
+        send_t, back_t, picked_t, out_t = (torch.from_numpy(a) for a in (send, back, picked, out))
+
+        def gather() -> None:
+            torch.index_select(x_t, 0, rows_t, out=send_t)
+
+        def weighted_sum() -> None:
+            torch.index_select(back_t, 0, slots_t, out=picked_t)
+            torch.bmm(w_t, picked_t.view(tokens, k, hidden), out=out_t.view(tokens, 1, hidden))
+
+    impl, send_buf, mid_buf, back_buf = comm._impl, as_bytes(send), as_bytes(mid), as_bytes(back)
+
+    def run() -> None:
+        gather()
+        impl.alltoallv(mid_buf, send_buf, recv_bytes, send_bytes, "bench")
+        impl.alltoallv(back_buf, mid_buf, send_bytes, recv_bytes, "bench")
+        weighted_sum()
+
+    return run, lambda _: _wrong(out, x_np)
 
 
 def _torch_bytes(a: np.ndarray) -> Any:
@@ -441,7 +496,7 @@ def ratios(rows: list[Row]) -> list[dict[str, Any]]:
         for ours in ("reshard", "reshard-nocheck"):
             if ours not in t:
                 continue
-            for base in ("raw", "raw+round", "dtensor", "memcpy"):
+            for base in ("raw", "raw+round", "raw+local", "dtensor", "memcpy"):
                 if base in t:
                     entry[f"{ours} / {base}"] = t[ours] / t[base]
         if "dtensor" in t and "reshard" in t:

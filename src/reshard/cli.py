@@ -14,7 +14,7 @@ from .messages import LANGS, say
 # Here rather than in bench (which imports numpy), so the CLI starts light; bench's docstring
 # says what each method measures.
 BENCH_METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")  # the default set
-BENCH_METHODS_ALL = (*BENCH_METHODS, "raw+round")
+BENCH_METHODS_ALL = (*BENCH_METHODS, "raw+round", "raw+local")
 DEMO_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "complex64")
 
 
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--sizes", default="64K..64M", help="bytes per rank: START..END (x4 steps) or a list 1M,16M (default 64K..64M)")
     bench.add_argument("--factor", type=_positive, default=4, help="step between sizes in START..END (default 4)")
     bench.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64", "int8"), default="float32")
-    bench.add_argument("--methods", default=",".join(BENCH_METHODS), help=f"comma list of {', '.join(BENCH_METHODS_ALL)} (default: all but raw+round)")
+    bench.add_argument("--methods", default=",".join(BENCH_METHODS), help=f"comma list of {', '.join(BENCH_METHODS_ALL)} (default: all but the last two)")
     bench.add_argument("--iters", type=int, default=0, help="timed iterations per method and size (default: by size)")
     bench.add_argument("--warmup", type=int, default=2, help="untimed runs per method and size first (default 2)")
     bench.add_argument("--numpy", action="store_true", help="MPI engine: time numpy arrays instead of torch tensors")
