@@ -426,7 +426,8 @@ def _pairwise_plan(
     into the result when the received pieces are runs of it; each piece is packed just before
     its send, so the next pack overlaps the bytes already moving; the own piece never enters
     the engine and is copied last, while the others arrive. Every offset and shape is worked
-    out here, once: at 1 MiB a call's Python is a fifth of the bare exchange's time."""
+    out here, once: at 1 MiB a call's Python was about a fifth of the bare exchange's time
+    (60-70 of 350 us, timed inside the rank)."""
     n, rank, kit, item = call.size, call.rank, call.kit, call.kit.itemsize(x)
     send_shapes = [_with_dim(x.shape, s, k) for k in send_sizes]
     send_counts = [numel(shape) for shape in send_shapes]
