@@ -47,10 +47,6 @@ def _int_len(size: int) -> int:
     return 6 + MAX_DIMS + MAX_ARGS + MAX_DIMS + size
 
 
-def record_nbytes(size: int) -> int:
-    return 8 * _int_len(size) + sum(n for _, n in _TEXT_FIELDS)
-
-
 def _put_seq(ints: np.ndarray, at: int, values: Sequence[int] | None, width: int) -> None:
     if values is not None:
         ints[at : at + len(values)] = values[:width]

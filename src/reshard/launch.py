@@ -52,15 +52,6 @@ def _context() -> Any:
     return ctx
 
 
-def shutdown() -> None:
-    """Stop the fork server that rs.spawn keeps between calls (it also ends with this process)."""
-    from multiprocessing import forkserver
-
-    stop = getattr(forkserver._forkserver, "_stop", None)
-    if stop is not None:
-        stop()
-
-
 def _describe(failures: dict[int, str], stopped: Sequence[int], size: int) -> str:
     causes = {r: t for r, t in failures.items() if r not in stopped}
     lines = [f"{len(causes)} of {size} ranks failed: " + ", ".join(f"rank {r}" for r in sorted(causes))]
