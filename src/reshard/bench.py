@@ -276,12 +276,8 @@ def _moe_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tuple
     impl = comm._impl
 
     def bare() -> None:
-        impl.alltoallv(case_bytes(mid), case_bytes(send), rc, sc, "bench")
-        impl.alltoallv(case_bytes(back), case_bytes(mid), sc, rc, "bench")
-
-    def case_bytes(a: np.ndarray) -> Any:
-        buf = a.reshape(-1).view(np.uint8)
-        return buf if comm.engine == "mpi" else _torch_bytes(buf)
+        impl.alltoallv(_engine_bytes(comm, mid), _engine_bytes(comm, send), rc, sc, "bench")
+        impl.alltoallv(_engine_bytes(comm, back), _engine_bytes(comm, mid), sc, rc, "bench")
 
     methods["raw"] = (bare, lambda _: _wrong(back, send))
     if "raw+local" in wanted:
@@ -307,10 +303,6 @@ def _moe_by_hand(case: _Case, x_np: np.ndarray, ids: np.ndarray, weights: np.nda
     back, picked, out = np.empty_like(send), np.empty_like(send), np.empty_like(x_np)
     w = weights[:, None, :]  # [tokens, 1, k]: one row of weights per token, for a batched product
 
-    def as_bytes(a: np.ndarray) -> Any:
-        flat = a.reshape(-1).view(np.uint8)
-        return flat if comm.engine == "mpi" else _torch_bytes(flat)
-
     if case.kit == "numpy":
         def gather() -> None:
             np.take(x_np, rows, axis=0, out=send)
@@ -331,7 +323,8 @@ def _moe_by_hand(case: _Case, x_np: np.ndarray, ids: np.ndarray, weights: np.nda
             torch.index_select(back_t, 0, slots_t, out=picked_t)
             torch.bmm(w_t, picked_t.view(tokens, k, hidden), out=out_t.view(tokens, 1, hidden))
 
-    impl, send_buf, mid_buf, back_buf = comm._impl, as_bytes(send), as_bytes(mid), as_bytes(back)
+    impl = comm._impl
+    send_buf, mid_buf, back_buf = (_engine_bytes(comm, a) for a in (send, mid, back))
 
     def run() -> None:
         gather()
@@ -340,6 +333,12 @@ def _moe_by_hand(case: _Case, x_np: np.ndarray, ids: np.ndarray, weights: np.nda
         weighted_sum()
 
     return run, lambda _: _wrong(out, x_np)
+
+
+def _engine_bytes(comm: Any, a: np.ndarray) -> Any:
+    """``a``'s memory as the 1-D byte buffer the engine's ``alltoallv`` takes (no copy)."""
+    flat = a.reshape(-1).view(np.uint8)
+    return flat if comm.engine == "mpi" else _torch_bytes(flat)
 
 
 def _torch_bytes(a: np.ndarray) -> Any:
