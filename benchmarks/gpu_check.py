@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 
 import reshard as rs
-from reshard.bench import human, parse_sizes
+from reshard.bench import parse_sizes
+from reshard.viz import human_bytes as human
 
 
 def checks(device: torch.device) -> dict[str, bool]:

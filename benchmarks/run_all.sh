@@ -18,6 +18,6 @@ $R bench --engine gloo --ranks 4 --op reduce_scatter --sizes 1M,16M --json "$OUT
 for n in 2 3 4; do
   $R bench --engine gloo --ranks "$n" --op redistribute --sizes 1M,16M --methods reshard,reshard-nocheck,raw,raw+round --json "$OUT/gloo-rounds-$n.json"
 done
-$R bench --engine gloo --targets --json "$OUT/targets-gloo.json" --no-color | tee "$OUT/targets-gloo.txt"
-$R bench --engine mpi --targets --json "$OUT/targets-mpi.json" --no-color | tee "$OUT/targets-mpi.txt"
+.venv/bin/python benchmarks/targets.py --engine gloo --json "$OUT/targets-gloo.json" --no-color | tee "$OUT/targets-gloo.txt"
+.venv/bin/python benchmarks/targets.py --engine mpi --json "$OUT/targets-mpi.json" --no-color | tee "$OUT/targets-mpi.txt"
 .venv/bin/python benchmarks/summarize.py "$OUT"/*.json > "$OUT/summary.md"

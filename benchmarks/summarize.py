@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from reshard.bench import human
+from reshard.viz import human_bytes as human
 
 
 def _ratio(entry: dict, key: str) -> str:

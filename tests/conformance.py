@@ -228,8 +228,8 @@ def run_cases(comm: rs.Comm, cases: list[dict], passes: int = 2) -> list[Any]:
 
 def run_cases_one_call(comm: rs.Comm, cases: list[dict]) -> list[Any]:
     """run_cases on gloo with the exchange as one all_to_all_single per op, the path NCCL
-    takes, instead of gloo's own point-to-point messages (ops._pairwise_plan)."""
-    comm._impl.pairwise = False
+    takes, instead of gloo's own point-to-point messages (engines.gloo_pairwise)."""
+    comm.transport.pairwise = False
     return run_cases(comm, cases)
 
 

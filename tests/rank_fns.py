@@ -230,7 +230,7 @@ def pack_bytes_first_call(comm, shape, one_call):
     whether the result was right; ``one_call``: gloo's single all_to_all_single path."""
     import torch
 
-    comm._impl.pairwise = not one_call
+    comm.transport.pairwise = not one_call
     full = pattern(shape, "float32")
     x = torch.from_numpy(rs.local_shard(full, rs.Shard(0), comm.rank, comm.size))
     out = rs.redistribute(x, rs.Shard(0), rs.Shard(1))
@@ -256,3 +256,34 @@ def user_message_beside_reshard(comm):
     full = np.concatenate([np.arange(48, dtype=np.float32).reshape(8, 6) + 100 * r for r in range(comm.size)])
     want = full[:, 3 * comm.rank : 3 * comm.rank + 3]
     return bool(np.array_equal(out.numpy(), want)), mine.tolist()
+
+
+def executed_steps(comm, shape, pairs, arrays):
+    """For each (src, dst) placement pair: redistribute this rank's part of a pattern tensor
+    twice (the second call a replay) and report the steps each call ran as
+    ``(collective, bytes_sent, bytes_received)``, plus whether the result matched numpy."""
+    full = pattern(shape, "float32")
+    out = []
+    for src, dst in pairs:
+        s_pl, d_pl = rs.parse_placement(src), rs.parse_placement(dst)
+        x = rs.local_shard(full, s_pl, comm.rank, comm.size)
+        if isinstance(s_pl, rs.Partial) and comm.rank != 0:
+            x = np.zeros_like(x)  # a partial sum whose ranks add up to the full tensor
+        x = np.ascontiguousarray(x)
+        if arrays == "torch":
+            import torch
+
+            x = torch.from_numpy(x)
+        seen = []
+        for _ in range(2):
+            y = rs.redistribute(x, s_pl, d_pl)
+            seen.append([(s.collective, s.bytes_sent, s.bytes_received) for s in rs.last_exchange().steps])
+        y = np.asarray(y)
+        if isinstance(d_pl, rs.Partial):
+            ok = None  # checked by the parent, which sums the ranks' outputs
+        else:
+            want = placement_slice(full, ("shard", d_pl.dim) if isinstance(d_pl, rs.Shard) else ("replicate",),
+                                   comm.rank, comm.size)
+            ok = y.shape == want.shape and bool(np.array_equal(y, want))
+        out.append((seen, ok, y))
+    return out

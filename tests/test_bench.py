@@ -28,8 +28,8 @@ def test_wrong_counts_elements():
     got = want.copy()
     got[1, 2] = -1
     got[2, 0] = -1
-    assert bench._wrong(got, want) == 2
-    assert bench._wrong(want[:2], want) == want.size  # a wrong shape is all wrong
+    assert bench.count_wrong(got, want) == 2
+    assert bench.count_wrong(want[:2], want) == want.size  # a wrong shape is all wrong
 
 
 @pytest.mark.parametrize("op", ["redistribute", "all_to_all", "all_gather", "reduce_scatter", "moe"])

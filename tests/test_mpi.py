@@ -24,7 +24,7 @@ def _mpi_leftovers() -> list[str]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "reshard._mpi_rank" in cmd or "prterun" in cmd:
+        if "reshard.launch.mpi_rank" in cmd or "prterun" in cmd:
             out.append(cmd)
     return out
 
@@ -144,7 +144,7 @@ def test_init_under_mpirun(tmp_path):
         comm.close()
         """
     ))
-    from reshard.engines.mpi_launch import launcher_command
+    from reshard.launch.mpi import launcher_command
 
     run = subprocess.run(launcher_command(3) + [sys.executable, str(script), str(tmp_path)],
                          capture_output=True, text=True, timeout=180)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from reshard import viz
 from reshard.layout import Shard
+from reshard.viz import pictures as viz
 from test_cli import reshard_cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

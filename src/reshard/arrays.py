@@ -1,6 +1,6 @@
-"""Array kits: the few array operations the exchange needs, for torch tensors and numpy arrays.
+"""Array backends: the few array operations the exchange needs, for torch tensors and numpy arrays.
 
-The ops layer packs and unpacks through a kit so one implementation serves both array
+The ops layer packs and unpacks through a arrays so one implementation serves both array
 libraries (the torch engine works on tensors, the MPI engine on numpy buffers). torch is only
 imported when a torch tensor is actually seen.
 """
@@ -50,7 +50,7 @@ def numel(shape: Sequence[int]) -> int:
 _NUMPY_ALLOC_MIN_BYTES = 256 << 10
 
 
-class TorchKit:
+class TorchArrays:
     name = "torch"
 
     def __init__(self) -> None:
@@ -132,7 +132,7 @@ class TorchKit:
         return info.min, info.max
 
 
-class NumpyKit:
+class NumpyArrays:
     name = "numpy"
 
     def empty(self, shape: Sequence[int], like: Any) -> Any:
@@ -183,13 +183,13 @@ class NumpyKit:
         return info.min, info.max
 
 
-_KITS: dict[str, Any] = {}
+_BACKENDS: dict[str, Any] = {}
 
 
-def kit_for(name: str) -> Any:
-    if name not in _KITS:
-        _KITS[name] = TorchKit() if name == "torch" else NumpyKit()
-    return _KITS[name]
+def array_backend(name: str) -> Any:
+    if name not in _BACKENDS:
+        _BACKENDS[name] = TorchArrays() if name == "torch" else NumpyArrays()
+    return _BACKENDS[name]
 
 
 def check_array(x: Any, what: str = "x", need_dims: bool = True) -> None:

@@ -2,8 +2,8 @@
 
 Imported only when a torch tensor that requires grad reaches an op, so torch is already loaded.
 Each op runs its forward as usual on the detached input and then attaches the result to the
-tape through a ``torch.autograd.Function`` whose backward moves the gradient back the way the
-data came. The forward's communication plan (every rank's shape and split) is kept, so a
+tape (``attach``) with a backward that moves the gradient back the way the data came; the ops
+build those reverse exchanges, this module gives their geometry. The forward's communication plan (every rank's shape and split) is kept, so a
 backward needs no metadata round and runs without the check (the forward was checked).
 
 * all_to_all(split s, concat c): the gradient of rank r's result is cut along ``c`` the way the
@@ -17,14 +17,12 @@ backward needs no metadata round and runs without the check (the forward was che
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from . import ops
-from .comm import Comm
-from .layout import Partial, Replicate
+from .layout import Partial, Placement, Replicate
 
 
 class _Attach(torch.autograd.Function):
@@ -40,56 +38,32 @@ class _Attach(torch.autograd.Function):
         return ctx.reverse(grad), None, None
 
 
-def _attach(x: torch.Tensor, out: torch.Tensor, reverse: Any) -> torch.Tensor:
+def attach(x: torch.Tensor, out: torch.Tensor, reverse: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``out`` on the tape as a function of ``x``, with ``reverse(grad)`` as its backward."""
     return _Attach.apply(x, [out.detach()], reverse)
 
 
-def attach_all_to_all(
-    x: torch.Tensor, out: torch.Tensor, comm: Comm, s: int, c: int,
-    splits: Sequence[Sequence[int]], shapes: Sequence[Sequence[int]],
-) -> torch.Tensor:
+def all_to_all_backward_geometry(
+    s: int, c: int, splits: Sequence[Sequence[int]], shapes: Sequence[Sequence[int]]
+) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """(split table, input shapes) of the reverse all-to-all (split along ``c``, concatenate
+    along ``s``): what rank i sends back to rank j is what j sent to i."""
     n = len(shapes)
-    # What rank i sends back to rank j is what j sent to i: its length along c.
     back_splits = [tuple(splits[j][i] if s == c else shapes[j][c] for j in range(n)) for i in range(n)]
     out_shapes = []
     for i in range(n):
-        pieces = [ops._with_dim(shapes[j], s, splits[j][i]) for j in range(n)]
-        out_shapes.append(tuple(ops._with_dim(pieces[0], c, sum(p[c] for p in pieces))))
-
-    def reverse(grad: torch.Tensor) -> torch.Tensor:
-        call = ops._Call("all_to_all (backward)", grad, comm, False)
-        call.take_input()
-        return ops._all_to_all_core(call, call.x, c, s, back_splits, out_shapes)
-
-    return _attach(x, out, reverse)
+        pieces = [list(shapes[j]) for j in range(n)]
+        for j in range(n):
+            pieces[j][s] = splits[j][i]
+        total = list(pieces[0])
+        total[c] = sum(p[c] for p in pieces)
+        out_shapes.append(tuple(total))
+    return back_splits, out_shapes
 
 
-def attach_all_to_all_v(
-    x: torch.Tensor, out: torch.Tensor, comm: Comm, send_counts: list[int], recv_counts: list[int]
-) -> torch.Tensor:
-    def reverse(grad: torch.Tensor) -> torch.Tensor:
-        back, _ = ops.all_to_all_v(grad, recv_counts, comm, recv_counts=send_counts, check=False)
-        return back
-
-    return _attach(x, out, reverse)
-
-
-def attach_reverse(x: torch.Tensor, out: torch.Tensor, reverse: Any) -> torch.Tensor:
-    """``out`` on the tape as a function of ``x``, with ``reverse(grad)`` as its backward
-    (MoE's per-expert exchanges)."""
-    return _attach(x, out, reverse)
-
-
-def attach_redistribute(
-    x: torch.Tensor, out: torch.Tensor, comm: Comm, src: Any, dst: Any, global_shape: Sequence[int] | None
-) -> torch.Tensor:
+def backward_placements(src: Placement, dst: Placement) -> tuple[Placement, Placement]:
+    """The gradient's layout change for ``src -> dst``: ``dst -> src`` with Partial read as
+    Replicate (the gradient of a sum with respect to each addend is the whole gradient)."""
     back_src = Replicate() if isinstance(dst, Partial) else dst
     back_dst = Replicate() if isinstance(src, Partial) else src
-
-    def reverse(grad: torch.Tensor) -> torch.Tensor:
-        if back_src == back_dst:
-            return grad
-        shape = None if global_shape is None else tuple(global_shape)
-        return ops.redistribute(grad, back_src, back_dst, comm, global_shape=shape, check=False)
-
-    return _attach(x, out, reverse)
+    return back_src, back_dst

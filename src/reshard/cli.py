@@ -14,7 +14,7 @@ from .messages import LANGS, say
 # Here rather than in bench (which imports numpy), so the CLI starts light; bench's docstring
 # says what each method measures.
 BENCH_METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")  # the default set
-BENCH_METHODS_ALL = (*BENCH_METHODS, "raw+round", "raw+local")
+BENCH_METHODS_ALL = (*BENCH_METHODS, "raw+pack", "raw+round", "raw+local")
 DEMO_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "complex64")
 
 
@@ -97,8 +97,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="write every row, sample and ratio as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="draw busbw against size for each method, floor included")
     bench.add_argument("--timeout", type=float, default=1800.0)
-    bench.add_argument("--targets", action="store_true",
-                       help="measure issue 7's targets for --engine (2-4 ranks, the sizes they name) and say which are met")
     bench.add_argument("--no-color", action="store_true")
     return parser
 
@@ -128,18 +126,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _pictures(args: argparse.Namespace, src, dst, extra_panels=()) -> None:
-    from . import viz
+    from .viz import pictures
 
     title = f"A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks: {src!r} -> {dst!r}"
     if args.png:
-        panels = [("before: " + viz.placement_caption(src), src), ("after: " + viz.placement_caption(dst), dst), *extra_panels]
-        viz.draw_png(args.png, args.shape, args.ranks, panels, title)
+        panels = [("before: " + pictures.placement_caption(src), src), ("after: " + pictures.placement_caption(dst), dst), *extra_panels]
+        pictures.draw_png(args.png, args.shape, args.ranks, panels, title)
     if args.html:
-        viz.write_html(args.html, args.shape, args.ranks, src, dst, title)
+        pictures.write_html(args.html, args.shape, args.ranks, src, dst, title)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .explain import render, run_explain
+    from .explain import run_explain
+    from .viz.terminal import render_explain
 
     if len(args.shape) != 2:
         print(say("cli.error", args.lang, error="explain works on a matrix: --shape needs two sizes"), file=sys.stderr)
@@ -153,12 +152,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
         facts = {**facts, **collectives}
         print(json.dumps(facts, indent=2, ensure_ascii=False))
     else:
-        render(_console(args.no_color), facts, args.lang)
+        render_explain(_console(args.no_color), facts, args.lang)
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from .plan import estimate_seconds, make_plan, plan_report
+    from .viz.terminal import render_plan
 
     plan = make_plan(args.shape, args.src, args.dst, args.ranks, args.dtype)
     if args.json:
@@ -174,8 +174,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
-    if args.targets:
-        return _bench_targets(args)
     try:
         sizes = bench.parse_sizes(args.sizes, args.factor)
     except (ValueError, IndexError) as exc:
@@ -193,7 +191,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         console.width = 160  # a log or a pipe: keep every column whole
     rows = bench.run_bench(args.engine, args.ranks, args.op, sizes, args.dtype, methods, args.iters, args.warmup,
-                           args.timeout, show_progress=console.is_terminal, numpy_kit=args.numpy)
+                           args.timeout, show_progress=console.is_terminal, numpy_arrays=args.numpy)
     bench.render(console, rows, args.engine, args.ranks, args.op)
     meta = {"engine": args.engine, "ranks": args.ranks, "op": args.op, "dtype": args.dtype, "command": sys.argv}
     if args.json:
@@ -201,20 +199,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.plot:
         bench.plot(args.plot, rows, f"{args.op}, {args.ranks} ranks, {args.engine}")
     return 1 if any(r.wrong for r in rows) else 0
-
-
-def _bench_targets(args: argparse.Namespace) -> int:
-    from . import targets
-
-    console = _console(args.no_color)
-    if not console.is_terminal:
-        console.width = 200
-    found = targets.measure(args.engine, progress=lambda command: console.print(f"[dim]running: {command}[/]"))
-    targets.render(console, args.engine, found)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"engine": args.engine, "targets": targets.as_json(found)}, f, indent=1)
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,29 +212,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
 
-
-
-def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float = 0.0, beta: float = 0.0) -> None:
-    """The plan as text: collective, split table (first rows when large), bytes, memory, time."""
-    from .demo import _human_bytes
-    from .plan import describe_region, estimate_seconds, summarize_matrix
-
-    console.print(say("plan.head", lang, collective=plan.collective, src=repr(plan.src), dst=repr(plan.dst),
-                      shape=list(plan.global_shape), dtype=plan.dtype, ranks=plan.size))
-    moves = [t for t in plan.transfers if t.src != t.dst]
-    console.print(say("plan.split_table", lang, count=len(moves)))
-    for t in moves[:limit]:
-        console.print(f"  rank {t.src}: {describe_region(t.region)} -> rank {t.dst}  ({_human_bytes(t.nbytes)})")
-    if len(moves) > limit:
-        console.print("  " + say("plan.more", lang, count=len(moves) - limit))
-    summary = summarize_matrix(plan.traffic_matrix)
-    console.print(say("plan.traffic", lang, pairs=summary["nonzero_pairs"], low=_human_bytes(summary["min_pair_bytes"]),
-                      high=_human_bytes(summary["max_pair_bytes"])))
-    console.print(say("plan.bytes", lang, most=_human_bytes(max(plan.bytes_sent_per_rank)), total=_human_bytes(plan.total_bytes)))
-    worst = max(plan.memory_per_rank(), key=lambda m: m["peak"])
-    console.print(say("plan.memory", lang, before=_human_bytes(worst["before"]), peak=_human_bytes(worst["peak"]),
-                      after=_human_bytes(worst["after"]), pack=plan.pack_copies, unpack=plan.unpack_copies))
-    console.print(say("plan.time", lang, ms=f"{estimate_seconds(plan, alpha, beta) * 1e3:.3f}", alpha=alpha * 1e6, beta=beta * 1e9))
 
 
 if __name__ == "__main__":

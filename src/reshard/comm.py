@@ -5,9 +5,9 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import sys
 from typing import Any
 
+from .buffers import release_buffers
 from .errors import InvalidArgument, ReshardError
 
 DEFAULT_TIMEOUT = 300.0
@@ -27,35 +27,34 @@ class Comm:
     ``rank``, ``size``, ``engine`` ("gloo", "nccl" or "mpi"), ``group`` (the torch
     ProcessGroup on torch engines), ``mpi_comm`` (the mpi4py communicator on MPI), ``check``
     (whether ops run the cross-rank agreement check by default), ``timeout`` (seconds).
+    ``transport`` is the engine adapter that moves the bytes (``reshard.engines.base.Engine``).
     """
 
-    def __init__(self, engine_impl: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT):
-        self._impl = engine_impl
-        self.rank: int = engine_impl.rank
-        self.size: int = engine_impl.size
-        self.engine: str = engine_impl.name
+    def __init__(self, transport: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT):
+        self.transport = transport
+        self.rank: int = transport.rank
+        self.size: int = transport.size
+        self.engine: str = transport.name
         self.check: bool = check
         self.timeout: float = timeout
-        self._plans: dict = {}  # ops' plans for call signatures seen before (ops.py: replay)
+        self.replay_cache: dict = {}  # call signature -> what its first call worked out (call.py)
 
     @property
     def group(self) -> Any:
-        return getattr(self._impl, "group", None)
+        return getattr(self.transport, "group", None)
 
     @property
     def mpi_comm(self) -> Any:
-        return getattr(self._impl, "mpi_comm", None)
+        return getattr(self.transport, "mpi_comm", None)
 
     def barrier(self) -> None:
-        self._impl.barrier()
+        self.transport.barrier()
 
     def close(self) -> None:
         global _current
-        ops = sys.modules.get("reshard.ops")
-        if ops is not None:
-            ops.release_buffers()
-        self._plans.clear()
-        self._impl.close()
+        release_buffers()
+        self.replay_cache.clear()
+        self.transport.close()
         if _current is self:
             _current = None
 
@@ -132,7 +131,7 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
     if engine == "mpi" or (engine is None and found is not None and found[0] == "mpi"):
         from .engines.mpi_engine import init_mpi
 
-        impl = init_mpi(timeout)
+        transport = init_mpi(timeout)
     else:
         from .engines.torch_engine import init_torch
 
@@ -146,11 +145,11 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
             tmp = tempfile.mkdtemp(prefix="reshard-solo-")
             atexit.register(shutil.rmtree, tmp, True)
             store = dist.FileStore(os.path.join(tmp, "store"), 1)
-            impl = init_torch(backend, 0, 1, timeout, store=store)
-            impl.scratch_dir = tmp
+            transport = init_torch(backend, 0, 1, timeout, store=store)
+            transport.scratch_dir = tmp
         else:
             _, rank, size = found
-            impl = init_torch(backend, rank, size, timeout)
-    comm = Comm(impl, check=check, timeout=timeout)
+            transport = init_torch(backend, rank, size, timeout)
+    comm = Comm(transport, check=check, timeout=timeout)
     set_current(comm)
     return comm

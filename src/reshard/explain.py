@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .layout import Shard, local_shard, shard_sizes
+from .layout import Shard, local_shard
 from .plan import describe_region
 
 COLLECTIVES = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
@@ -166,54 +166,3 @@ def run_explain(ranks: int, shape: tuple[int, int], engine: str, timeout: float 
     facts["engine"] = engine
     facts["answers"] = answer(facts)
     return facts
-
-
-def render(console: Any, facts: dict[str, Any], lang: str) -> None:
-    from rich.table import Table
-
-    from .demo import _human_bytes
-    from .messages import say
-
-    n = facts["ranks"]
-    rows, cols = facts["shape"]
-    console.print(say("explain.title", lang, rows=rows, cols=cols, ranks=n, engine=facts["engine"]))
-    console.print(say("explain.inputs", lang, sizes=", ".join(str(s) for s in shard_sizes(rows, n))))
-    console.print()
-    yes, no = say("word.yes", lang), say("word.no", lang)
-    table = Table(show_lines=True)
-    for header in ("explain.col.collective", "explain.col.holds", "explain.col.sums", "explain.col.full", "explain.col.bytes", "explain.col.memory"):
-        table.add_column(say(header, lang))
-    for name in COLLECTIVES:
-        f = facts["collectives"][name]
-        if "error" in f:
-            table.add_row(say(f"name.{name}", lang), say("explain.not_applicable", lang, reason=f["error"]), "", "", "", "")
-            continue
-        holds = []
-        for r, h in enumerate(f["holds_per_rank"]):
-            shape = f["result_shape_per_rank"][r]
-            what = say("demo.nothing", lang) if h["kind"] == "nothing" else h.get("text", h["kind"])
-            holds.append(f"rank {r}: {what}" + (f" [{' x '.join(map(str, shape))}]" if shape else ""))
-        full = yes if f["full_tensor_on_every_rank"] else (say("explain.some_rank", lang) if f["full_tensor_on_some_rank"] else no)
-        traffic = "\n".join(f"rank {r}: {_human_bytes(s)} / {_human_bytes(v)}" for r, (s, v) in
-                            enumerate(zip(f["bytes_sent_per_rank"], f["bytes_received_per_rank"])))
-        memory = ", ".join(f"{m:g}x" for m in f["peak_memory_per_rank_in_shards"])
-        table.add_row(say(f"name.{name}", lang), "\n".join(holds), yes if f["sums_values"] else no, full, traffic, memory)
-    console.print(table)
-    from .demo import grid
-
-    console.print(say("explain.grids", lang))
-    console.print(grid((rows, cols), Shard(0), n))
-    console.print(grid((rows, cols), Shard(1), n))
-    a = facts["answers"]
-    console.print(say("explain.q1", lang))
-    ev = a["adds_values"]["evidence"]
-    console.print("  " + say("explain.a1.yes" if a["adds_values"]["answer"] else "explain.a1.no", lang, elements=ev["output_elements"]))
-    console.print(say("explain.q2", lang))
-    ev = a["full_tensor_on_every_rank"]["evidence"]
-    shapes = ", ".join("[" + " x ".join(map(str, s)) + "]" for s in ev["result_shapes"])
-    key = "explain.a2.yes" if a["full_tensor_on_every_rank"]["answer"] else "explain.a2.no"
-    console.print("  " + say(key, lang, shapes=shapes, full=" x ".join(map(str, ev["global_shape"]))))
-    console.print(say("explain.q3", lang))
-    console.print("  " + say("explain.a3", lang))
-    for e in a["cut_rule"]:
-        console.print(f"    rank {e['src_rank']}: {e['text']} -> rank {e['dst_rank']}")

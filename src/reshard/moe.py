@@ -21,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
-from .arrays import is_numpy, is_torch, kit_for
+from .arrays import array_backend, is_numpy, is_torch, numel
+from .buffers import alloc
+from .call import Call, wants_grad
 from .comm import Comm, current
 from .errors import InvalidArgument, ReshardError, UnsupportedDType
 from .layout import check_int
+from .pieces import contiguous
 
 Array = Any
 
@@ -70,15 +72,15 @@ def _index(like: Array, idx: np.ndarray) -> Any:
 def _take_rows(a: Array, idx: np.ndarray) -> Array:
     """``a[idx]`` along dim 0. ``index_select`` rather than ``a[idx]``: 2.4 ms against 13.8 ms
     for 8192 rows of 4 KiB on one core (advanced indexing walks element by element). Off the
-    autograd tape the rows land in a buffer from the kit, which reuses freed memory (a fresh
-    torch buffer of 32 MiB page-faults 8,192 times, see arrays.TorchKit.empty)."""
+    autograd tape the rows land in a buffer from the arrays, which reuses freed memory (a fresh
+    torch buffer of 32 MiB page-faults 8,192 times, see arrays.TorchArrays.empty)."""
     if is_torch(a):
         import torch
 
         index = _index(a, idx)
         if torch.is_grad_enabled() and a.requires_grad:
             return torch.index_select(a, 0, index)
-        out = kit_for("torch").empty((len(idx), *a.shape[1:]), like=a)
+        out = array_backend("torch").empty((len(idx), *a.shape[1:]), like=a)
         return torch.index_select(a, 0, index, out=out)
     return np.take(a, idx, axis=0)
 
@@ -90,25 +92,25 @@ def _exchange_segments(
     order (``segment_send[l][j]`` rows for rank j); the result is ``[sum of all receives, *F]``,
     segment l's rows from every rank in rank order, each exchange writing straight into its
     block. Returns numpy for numpy; on the autograd tape the backward is the reverse exchange."""
-    call = ops._Call(what, x, comm, False)
+    call = Call(what, x, comm, False)
     call.take_input()
-    xt = call.x if call.kit.is_contiguous(call.x) else ops._contiguous(call, call.x)
-    kit, impl = call.kit, call.impl
-    row_bytes = ops.numel(xt.shape[1:]) * kit.itemsize(xt)
-    out = ops._alloc(call, [sum(map(sum, segment_recv)), *xt.shape[1:]], like=xt)
+    xt = contiguous(call, call.x)
+    arrays, transport = call.arrays, call.transport
+    row_bytes = numel(xt.shape[1:]) * arrays.itemsize(xt)
+    out = alloc(arrays, call.stats, [sum(map(sum, segment_recv)), *xt.shape[1:]], like=xt)
     sent = received = 0
     for sends, recvs in zip(segment_send, segment_recv):
         s_rows, r_rows = sum(sends), sum(recvs)
         send, recv = xt[sent : sent + s_rows], out[received : received + r_rows]
-        impl.alltoallv(kit.bytes_of(recv.reshape(-1)), kit.bytes_of(send.reshape(-1)),
+        transport.alltoallv(arrays.bytes_of(recv.reshape(-1)), arrays.bytes_of(send.reshape(-1)),
                        [c * row_bytes for c in recvs], [c * row_bytes for c in sends], what)
         call.stats.bytes_sent += (s_rows - sends[call.rank]) * row_bytes
         call.stats.bytes_received += (r_rows - recvs[call.rank]) * row_bytes
         sent, received = sent + s_rows, received + r_rows
-    if ops._wants_grad(x):
+    if wants_grad(x):
         from . import autograd
 
-        out = autograd.attach_reverse(x, out, lambda grad: _exchange_segments(comm, grad, segment_recv, segment_send, what))
+        out = autograd.attach(x, out, lambda grad: _exchange_segments(comm, grad, segment_recv, segment_send, what))
     return call.result(out)
 
 
@@ -167,7 +169,7 @@ def dispatch(
       Differentiable on torch (backward: the reverse exchange, summing a token's slots).
     """
     comm_ = current(comm)
-    call = ops._Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity"))
+    call = Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity"))
     n, rank = call.size, call.rank
     ids = np.zeros((0, 1), dtype=np.int64)
     experts = cap = 0
@@ -195,7 +197,7 @@ def dispatch(
     # with the check off a rank's bad input still stops every rank instead of hanging them.
     flag = np.array([0 if call.error is None else 1], dtype=np.int64)
     row = np.concatenate([own[:experts] if experts else own[:0], flag])
-    gathered = call.impl.allgather_bytes(row.view(np.uint8), "moe.dispatch (counts)").view(np.int64)
+    gathered = call.transport.allgather_bytes(row.view(np.uint8), "moe.dispatch (counts)").view(np.int64)
     call.stats.metadata_exchanges += 1
     if call.error is not None:
         raise call.error
@@ -259,7 +261,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     if not isinstance(handle, MoEHandle):
         raise InvalidArgument(f"handle must be the MoEHandle returned by dispatch, got {type(handle).__name__}")
     comm_ = handle.comm
-    call = ops._Call("moe.combine", expert_outputs, comm_, check, ("top_k",))
+    call = Call("moe.combine", expert_outputs, comm_, check, ("top_k",))
     rows_expected = sum(handle.tokens_per_expert)
     with call.validating():
         call.take_input()
@@ -327,7 +329,7 @@ def _sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
             weight = w[:, 1].reshape(num_tokens, *ones)
             if torch.is_grad_enabled() and slots.requires_grad:
                 return torch.lerp(base, slots[:, 1], weight)
-            return torch.lerp(base, slots[:, 1], weight, out=kit_for("torch").empty(base.shape, like=base))
+            return torch.lerp(base, slots[:, 1], weight, out=array_backend("torch").empty(base.shape, like=base))
         out = base * total.reshape(num_tokens, *ones)
         for j in range(1, top_k):
             out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))

@@ -63,9 +63,29 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Step:
+    """One collective of a plan, with everything the executor needs to run it.
+
+    ``all_to_all``: cut along ``split_dim``, concatenate along ``concat_dim``. ``all_gather`` and
+    ``reduce_scatter``: along ``dim`` (None: the tensor flattened, as ``all_reduce`` runs them),
+    reducing with ``op``. ``local``: no traffic; ``action`` is ``slice`` (keep this rank's
+    Shard(``dim``) of a replicated tensor), ``to_partial`` (a full tensor as Partial(``op``))
+    or ``embed`` (this rank's Shard(``dim``) placed in a tensor of the global shape, the rest
+    the identity of ``op``).
+    """
+
     collective: str
     transfers: tuple[Transfer, ...]
     sums_values: bool = False
+    split_dim: int | None = None
+    concat_dim: int | None = None
+    dim: int | None = None
+    op: str | None = None
+    action: str | None = None
+
+    @property
+    def participants(self) -> tuple[int, ...]:
+        """The ranks that send or receive in this step (all that hold a piece, for ``local``)."""
+        return tuple(sorted({t.src for t in self.transfers} | {t.dst for t in self.transfers}))
 
 
 @dataclass
@@ -79,10 +99,11 @@ class Plan:
     steps: list[Step] = field(default_factory=list)
     pack_copies: int = 0
     unpack_copies: int = 0
+    itemsize_override: int | None = None
 
     @property
     def itemsize(self) -> int:
-        return ITEMSIZE[self.dtype]
+        return self.itemsize_override or ITEMSIZE[self.dtype]
 
     @property
     def transfers(self) -> list[Transfer]:
@@ -95,6 +116,10 @@ class Plan:
         for t in self.transfers:
             m[t.src][t.dst] += t.nbytes
         return m
+
+    def step_bytes(self, step: Step) -> tuple[list[int], list[int]]:
+        """(bytes sent, bytes received) per rank in one step, own pieces excluded."""
+        return self._per_rank(step.transfers, "src"), self._per_rank(step.transfers, "dst")
 
     def _per_rank(self, transfers: Sequence[Transfer], end: str) -> list[int]:
         """Bytes per rank that leave it (end="src") or arrive at it (end="dst"); one pass."""
@@ -151,19 +176,23 @@ def _normalize(p: Placement, ndim: int, name: str) -> Placement:
 
 
 def make_plan(
-    global_shape: Sequence[int], src: Placement | str, dst: Placement | str, size: int, dtype: str = "float32"
+    global_shape: Sequence[int], src: Placement | str, dst: Placement | str, size: int, dtype: str = "float32",
+    itemsize: int | None = None,
 ) -> Plan:
-    """The exchange ``redistribute`` makes for a tensor of ``global_shape`` over ``size`` ranks."""
+    """The steps ``redistribute`` runs for a tensor of ``global_shape`` over ``size`` ranks.
+
+    ``itemsize`` gives the bytes per element of a dtype the table here does not name.
+    """
     shape = _check_shape(global_shape)
     size = check_int("size", size)
     if size < 1:
         raise InvalidArgument(f"size must be >= 1, got {size}")
-    if dtype not in ITEMSIZE:
+    if itemsize is None and dtype not in ITEMSIZE:
         raise InvalidArgument(f"unknown dtype {dtype!r}; known: {', '.join(ITEMSIZE)}")
     src_p = _normalize(parse_placement(src), len(shape), "src")
     dst_p = _normalize(parse_placement(dst), len(shape), "dst")
-    item = ITEMSIZE[dtype]
-    plan = Plan(shape, src_p, dst_p, size, dtype, "none")
+    item = itemsize if itemsize is not None else ITEMSIZE[dtype]
+    plan = Plan(shape, src_p, dst_p, size, dtype, "none", itemsize_override=itemsize)
     ranks = range(size)
 
     def region(p: Placement, r: int) -> Region:
@@ -177,31 +206,43 @@ def make_plan(
     if isinstance(src_p, Shard) and isinstance(dst_p, Shard):
         plan.collective = "all_to_all"
         moves = [transfer(s, d, intersect(region(src_p, s), region(dst_p, d))) for s in ranks for d in ranks]
-        plan.steps.append(Step("all_to_all", tuple(t for t in moves if t.nbytes or t.src == t.dst)))
+        plan.steps.append(Step("all_to_all", tuple(t for t in moves if t.nbytes or t.src == t.dst),
+                                split_dim=dst_p.dim, concat_dim=src_p.dim))
         in_shape = [b - a for a, b in region(src_p, 0)]
         out_shape = [b - a for a, b in region(dst_p, 0)]
         plan.pack_copies = 0 if leading_trivial(in_shape, dst_p.dim) else 1
         plan.unpack_copies = 0 if leading_trivial(out_shape, src_p.dim) else 1
     elif isinstance(src_p, Shard) and isinstance(dst_p, Replicate):
         plan.collective = "all_gather"
-        plan.steps.append(Step("all_gather", tuple(transfer(s, d, region(src_p, s)) for s in ranks for d in ranks)))
+        plan.steps.append(Step("all_gather", tuple(transfer(s, d, region(src_p, s)) for s in ranks for d in ranks),
+                                dim=src_p.dim))
         plan.unpack_copies = 0 if leading_trivial(shape, src_p.dim) else 1
     elif isinstance(src_p, Partial) and isinstance(dst_p, Shard):
         plan.collective = "reduce_scatter"
         plan.steps.append(
-            Step("reduce_scatter", tuple(transfer(s, d, region(dst_p, d)) for s in ranks for d in ranks), True)
+            Step("reduce_scatter", tuple(transfer(s, d, region(dst_p, d)) for s in ranks for d in ranks), True,
+                 dim=dst_p.dim, op=src_p.op)
         )
         plan.pack_copies = 0 if leading_trivial(shape, dst_p.dim) else 1
     elif isinstance(src_p, Partial):
         plan.collective = "all_reduce"
         flat = (0, region_numel(tuple((0, s) for s in shape)))
         pieces = [(a, a + n) for a, n in zip(offsets(shard_sizes(flat[1], size)), shard_sizes(flat[1], size))]
-        plan.steps.append(Step("reduce_scatter", tuple(transfer(s, d, (pieces[d],)) for s in ranks for d in ranks), True))
+        plan.steps.append(Step("reduce_scatter", tuple(transfer(s, d, (pieces[d],)) for s in ranks for d in ranks), True,
+                               op=src_p.op))
         plan.steps.append(Step("all_gather", tuple(transfer(s, d, (pieces[s],)) for s in ranks for d in ranks)))
+        if isinstance(dst_p, Partial):  # reduced, then held again as a partial sum of dst's op
+            whole = tuple((0, n) for n in shape)
+            plan.steps.append(Step("local", tuple(transfer(r, r, whole) for r in ranks), action="to_partial", op=dst_p.op))
     else:  # Replicate -> Shard / Partial, Shard -> Partial: each rank keeps what it needs
         plan.collective = "local"
-        keep = [transfer(r, r, intersect(region(src_p, r), region(dst_p, r))) for r in ranks]
-        plan.steps.append(Step("local", tuple(keep)))
+        keep = tuple(transfer(r, r, intersect(region(src_p, r), region(dst_p, r))) for r in ranks)
+        if isinstance(dst_p, Shard):
+            plan.steps.append(Step("local", keep, action="slice", dim=dst_p.dim))
+        elif isinstance(src_p, Replicate):
+            plan.steps.append(Step("local", keep, action="to_partial", op=dst_p.op))
+        else:
+            plan.steps.append(Step("local", keep, action="embed", dim=src_p.dim, op=dst_p.op))
     return plan
 
 
@@ -248,6 +289,7 @@ def plan_report(plan: Plan) -> dict:
         "src": repr(plan.src),
         "dst": repr(plan.dst),
         "collective": plan.collective,
+        "steps": [_step_report(plan, step) for step in plan.steps],
         "sums_values": any(s.sums_values for s in plan.steps),
         "pack_copies": plan.pack_copies,
         "unpack_copies": plan.unpack_copies,
@@ -261,13 +303,23 @@ def plan_report(plan: Plan) -> dict:
     }
 
 
+def _step_report(plan: Plan, step: Step) -> dict:
+    sent, received = plan.step_bytes(step)
+    return {
+        "collective": step.collective,
+        "participants": len(step.participants),
+        "sums_values": step.sums_values,
+        "bytes_sent_per_rank": sent,
+        "bytes_received_per_rank": received,
+    }
+
+
 def estimate_seconds(plan: Plan, alpha: float, beta: float) -> float:
     """Alpha-beta model: per step, the busiest rank pays alpha per peer it talks to plus beta
     per byte it sends or receives (whichever is larger); steps add up."""
     total = 0.0
     for step in plan.steps:
-        sent = plan._per_rank(step.transfers, "src")
-        received = plan._per_rank(step.transfers, "dst")
+        sent, received = plan.step_bytes(step)
         peers: list[set[int]] = [set() for _ in range(plan.size)]
         for t in step.transfers:
             if t.src != t.dst and t.nbytes:

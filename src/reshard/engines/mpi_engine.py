@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..arrays import kit_for
+from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
+from .base import AllToAllGeometry, CallState, ExchangeRun
+from .mpi_forms import PeerSend, split_form, typed_fits, typed_form, typed_path_may_take
 
 INT_MAX = 2**31 - 1
 _BLOCK = 1 << 30  # bytes per hindexed block: comfortably below INT_MAX
@@ -45,7 +47,7 @@ def as_buffer(a: Any) -> Any:
 
 
 class MPIEngine:
-    kit_name = "numpy"
+    arrays_name = "numpy"
     name = "mpi"
 
     def __init__(self, mpi_comm: Any, timeout: float, owns: bool):
@@ -54,7 +56,7 @@ class MPIEngine:
         self.size = mpi_comm.Get_size()
         self.timeout = timeout
         self.owns = owns
-        self.kit = kit_for("numpy")
+        self.arrays = array_backend("numpy")
         self._types: dict[tuple, Any] = {}
         self.types_epoch = 0  # bumped whenever cached types are freed: plans holding them are stale
 
@@ -188,6 +190,20 @@ class MPIEngine:
                 self.free_types()
             self._types[key] = t
         return t
+
+    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAllGeometry) -> ExchangeRun:
+        """Subarray datatypes where they fit (no pack, no unpack), else the byte exchange."""
+        if typed_fits(call, x, geometry):
+            return typed_form(call, x, geometry)
+        return split_form(call, x, geometry)
+
+    def pack_ahead(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
+        if typed_path_may_take(call, x):
+            return None
+        return lambda: PeerSend(call, x, split_dim, send_sizes).both()
+
+    def exchange_pairs(self, recvs: Any, sends: Any, what: str) -> None:
+        raise NotImplementedError("the MPI engine moves pieces with Alltoallv/Alltoallw, not point-to-point")
 
     def barrier(self) -> None:
         with self._guard("barrier"):

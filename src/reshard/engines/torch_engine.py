@@ -13,8 +13,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..arrays import kit_for
+from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
+from ..pieces import exchange_packed, pack
+from .base import AllToAllGeometry, CallState, ExchangeRun
+from .gloo_pairwise import pairwise_form
 
 _TIMEOUT_WORDS = ("timed out", "timeout", "time out", "deadline")
 # reshard's point-to-point messages carry their own tag, so a user's isend/irecv on the same
@@ -43,11 +46,7 @@ def engine_errors(what: str, rank: int, timeout: float) -> Iterator[None]:
 
 
 class TorchEngine:
-    kit_name = "torch"
-    # Not MPI's split exchange (own count 0 in one variable all-to-all, then the higher pieces
-    # moved up in the result): gloo has its own point-to-point form (pairwise, below) and NCCL
-    # keeps the own piece inside its single call.
-    split_exchange = False
+    arrays_name = "torch"
 
     def __init__(self, group: Any, rank: int, size: int, name: str, timeout: float, owns_group: bool):
         self.group = group
@@ -56,17 +55,31 @@ class TorchEngine:
         self.name = name
         self.timeout = timeout
         self.owns_group = owns_group
-        self.kit = kit_for("torch")
-        # gloo: all_to_all as one message per peer (ops._pairwise_plan): the own piece stays out
-        # of the engine and only the pieces that leave are packed, each just before its send.
-        # Against one all_to_all_single after a full pack, 2 ranks, check off: 1 MiB 470-490
-        # against 770-810 us (the bare call on packed data: 380-390 us); 16 MiB 1.18-1.39x the
-        # bare call against 1.42-1.48x (3-4 ranks). RESHARD_GLOO_PAIRWISE=0 turns it off.
+        self.arrays = array_backend("torch")
+        # gloo: all_to_all as one message per peer (engines.gloo_pairwise), faster than one
+        # all_to_all_single after a full pack at every size measured (performance docs).
+        # RESHARD_GLOO_PAIRWISE=0, or setting this to False, takes the one-call form.
         self.pairwise = name == "gloo" and os.environ.get("RESHARD_GLOO_PAIRWISE", "1") != "0"
         self.scratch_dir: str | None = None  # a private rendezvous directory to remove on close
 
     def _guard(self, what: str):
         return engine_errors(what, self.rank, self.timeout)
+
+    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAllGeometry) -> ExchangeRun:
+        """gloo: one message per peer; NCCL (or gloo with ``pairwise`` off): pack, one
+        ``all_to_all_single``, unpack where the pieces are not runs of the result."""
+        if self.pairwise:
+            return pairwise_form(call, x, geometry)
+        g = geometry
+
+        def run_packed(k: CallState, xt: Any, sent: Any = None) -> Any:
+            send, send_shapes = pack(k, xt, g.split_dim, g.send_sizes)
+            return exchange_packed(k, send, send_shapes, g.recv_shapes, g.out_shape, g.concat_dim, xt)
+
+        return run_packed
+
+    def pack_ahead(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
+        return None  # each form packs as it sends
 
     def alltoallv(
         self, recv: torch.Tensor, send: torch.Tensor, recv_counts: Sequence[int], send_counts: Sequence[int], what: str

@@ -14,7 +14,7 @@ from typing import Any
 import torch  # noqa: F401  (preloaded in the fork server so every rank starts without importing it)
 import torch.distributed  # noqa: F401
 
-from .launch import KEEP_FREED_BYTES, TOP_PAD_BYTES
+from .settings import KEEP_FREED_BYTES, TOP_PAD_BYTES
 
 
 def keep_freed_memory() -> None:
@@ -60,8 +60,8 @@ def run(
         # takes 4 ms instead of 55 us (measured, 2 ranks on 2 cores; benchmarks/RESULTS.md).
         torch.set_num_threads(threads_per_rank(size))
     keep_freed_memory()
-    from . import comm as comm_mod
-    from .engines.torch_engine import init_torch
+    from .. import comm as comm_mod
+    from ..engines.torch_engine import init_torch
 
     comm = None
     ok = False
@@ -69,8 +69,8 @@ def run(
         import torch.distributed as dist
 
         store = dist.FileStore(store_path, size)
-        impl = init_torch("nccl" if engine == "nccl" else "gloo", rank, size, timeout, store=store)
-        comm = comm_mod.Comm(impl, check=check, timeout=timeout)
+        transport = init_torch("nccl" if engine == "nccl" else "gloo", rank, size, timeout, store=store)
+        comm = comm_mod.Comm(transport, check=check, timeout=timeout)
         comm_mod.set_current(comm)
         payload: tuple = ("ok", fn(comm, *args))
         ok = True

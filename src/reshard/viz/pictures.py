@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any
 
-from .layout import Partial, Placement, Replicate, Shard, shard_sizes
+from ..layout import Partial, Placement, Replicate, Shard
+from .blocks import block_name, blocks, holders, moves
 
 PALETTE = ["#d62728", "#2ca02c", "#1f77b4", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
 CELL = 56  # px per block in the HTML page
@@ -20,33 +20,6 @@ MARGIN_X, MARGIN_Y = 20, 90
 
 def rank_colour(rank: int) -> str:
     return PALETTE[rank % len(PALETTE)]
-
-
-def block_name(i: int, j: int, n: int) -> str:
-    return f"A{i}{j}" if n <= 10 else f"A[{i},{j}]"
-
-
-def holders(placement: Placement, i: int, j: int, n: int) -> list[int]:
-    """Ranks holding block (i, j) of the N x N block grid of a matrix under ``placement``."""
-    if isinstance(placement, Shard):
-        return [i if placement.dim % 2 == 0 else j]
-    return list(range(n))  # Replicate, Partial: every rank holds (a share of) every block
-
-
-def blocks(shape: tuple[int, int], n: int) -> list[tuple[int, int]]:
-    rows, cols = shard_sizes(shape[0], n), shard_sizes(shape[1], n)
-    return [(i, j) for i in range(n) for j in range(n) if rows[i] and cols[j]]
-
-
-def moves(shape: tuple[int, int], n: int, src: Placement, dst: Placement) -> list[dict[str, Any]]:
-    """One entry per block copy in the final layout: where it starts and where it ends."""
-    out = []
-    for i, j in blocks(shape, n):
-        before = holders(src, i, j, n)
-        for d in holders(dst, i, j, n):
-            s = d if d in before else before[0]
-            out.append({"i": i, "j": j, "name": block_name(i, j, n), "src": s, "dst": d})
-    return out
 
 
 def position(n: int, rank: int, i: int, j: int) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Local ranks with one call: ``rs.spawn``.
+"""``rs.spawn``: local ranks with one call (torch engines here; MPI in ``launch.mpi``).
 
 Ranks are forked from a fork server that has already imported torch, so a job of several
 ranks starts in well under a second instead of importing torch once per rank. The rendezvous
@@ -19,36 +19,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import InvalidArgument, RankFailed
-from .layout import check_int
-
-# After one rank fails, how long the others get to report (their own errors are often the
-# more telling ones) before they are stopped.
-FAILURE_GRACE_S = 5.0
-_ENGINES = ("gloo", "nccl", "mpi")
-
-# glibc hands big freed blocks back to the OS at once (munmap), so every call's fresh result
-# buffer page-faults again: a new 16 MiB buffer cost 6 ms of faults against 1 ms to fill it
-# (measured, 2 cores). Ranks that rs.spawn starts keep freed memory mapped instead (mallopt,
-# or these variables for MPI ranks); a process you start yourself keeps its own settings.
-# The top pad is for torch: it allocates with posix_memalign, whose request is a little larger
-# than the block it freed, so without slack at the top of the heap a repeated 64 MiB
-# allocation grew the heap into fresh pages every time (16,384 faults, 26 ms; with the pad,
-# 0 faults and 1.9 ms in a plain process). Inside ranks the pad did not always suffice, so
-# reshard's own large results come from numpy (arrays.TorchKit.empty); the pad still helps
-# the torch code around them.
-KEEP_FREED_BYTES = 1 << 30
-TOP_PAD_BYTES = 16 << 20
-MALLOC_KEEP = {
-    "MALLOC_MMAP_THRESHOLD_": str(KEEP_FREED_BYTES),
-    "MALLOC_TRIM_THRESHOLD_": str(KEEP_FREED_BYTES),
-    "MALLOC_TOP_PAD_": str(TOP_PAD_BYTES),
-}
+from ..errors import InvalidArgument, RankFailed
+from ..layout import check_int
+from .settings import ENGINES, FAILURE_GRACE_S
 
 
 def _context() -> Any:
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["reshard._rank"])
+    ctx.set_forkserver_preload(["reshard.launch.torch_rank"])
     return ctx
 
 
@@ -75,12 +53,12 @@ def spawn(
     size = check_int("world_size", world_size)
     if size < 1:
         raise InvalidArgument(f"world_size must be >= 1, got {size}")
-    if engine not in _ENGINES:
-        raise InvalidArgument(f"engine must be one of {_ENGINES}, got {engine!r}")
+    if engine not in ENGINES:
+        raise InvalidArgument(f"engine must be one of {ENGINES}, got {engine!r}")
     if not callable(fn):
         raise InvalidArgument(f"fn must be callable, got {fn!r}")
     timeout = float(timeout)
-    bootstrapping = sys.modules.get("reshard._mpi_rank")
+    bootstrapping = sys.modules.get("reshard.launch.mpi_rank")
     if bootstrapping is not None and bootstrapping.BOOTSTRAPPING:
         raise InvalidArgument(
             "rs.spawn was called while a rank was importing the main script: protect the call with "
@@ -94,10 +72,10 @@ def spawn(
             f"but {fn!r} cannot be pickled: {exc}"
         ) from None
     if engine == "mpi":
-        from .engines.mpi_launch import spawn_mpi
+        from .mpi import spawn_mpi
 
         return spawn_mpi(fn, size, tuple(args), timeout, check)
-    from . import _rank
+    from . import torch_rank
 
     ctx = _context()
     tmp = tempfile.mkdtemp(prefix="reshard-spawn-")
@@ -111,7 +89,7 @@ def spawn(
         for rank in range(size):
             recv_end, send_end = ctx.Pipe(duplex=False)
             proc = ctx.Process(
-                target=_rank.run, name=f"reshard-rank-{rank}", daemon=True,
+                target=torch_rank.run, name=f"reshard-rank-{rank}", daemon=True,
                 args=(fn, tuple(args), rank, size, engine, os.path.join(tmp, "store"), timeout, check, env, send_end),
             )
             proc.start()

@@ -1,4 +1,4 @@
-"""The body of one rank started by ``rs.spawn(..., engine="mpi")`` (``python -m reshard._mpi_rank DIR``)."""
+"""The body of one rank started by ``rs.spawn(..., engine="mpi")`` (``python -m reshard.launch.mpi_rank DIR``)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _load_main(path: str | None) -> None:
 
 def main(tmp: str) -> None:
     _die_with_parent()
-    sys.modules.setdefault("reshard._mpi_rank", sys.modules[__name__])  # run as -m: make it findable
+    sys.modules.setdefault("reshard.launch.mpi_rank", sys.modules[__name__])  # run as -m: make it findable
     from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.Get_rank()
@@ -75,8 +75,8 @@ def main(tmp: str) -> None:
         _write(tmp, rank, "error", f"{type(exc).__name__} on rank {rank} while loading fn\n{traceback.format_exc()}")
         MPI.COMM_WORLD.Abort(1)
 
-    from . import comm as comm_mod
-    from .engines.mpi_engine import init_mpi
+    from .. import comm as comm_mod
+    from ..engines.mpi_engine import init_mpi
 
     os.environ["RESHARD_RANK"] = str(rank)
     comm = None

@@ -1,5 +1,8 @@
-"""``reshard bench --targets``: the performance targets of issue 7, measured in one command per
-engine, each next to the ``reshard bench`` command that shows the full table behind it.
+"""The performance scorecard: each target measured in one command per engine, next to the
+``reshard bench`` command that shows the full table behind it.
+
+    python benchmarks/targets.py --engine gloo [--json FILE] [--no-color]
+
 
 Every figure comes from ``bench.run_bench`` (interleaved methods, slowest rank, median), so a
 line here and the table of its command agree up to the machine's run-to-run noise. Start-up is
@@ -21,14 +24,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import bench
+from reshard import bench
 
 MiB = 1 << 20
 
 
 @dataclass
 class Target:
-    goal: str  # what was promised, in the issue's words
+    goal: str  # what the target measures
     where: str  # ranks and size
     measured: float
     limit: float
@@ -134,7 +137,7 @@ def measure(engine: str, ranks_list: tuple[int, ...] = (2, 3, 4), progress: Call
             out.append(_memory(rows, n, 64 * MiB, command))
     rows, command = run(4, "moe", [16 * MiB], ["reshard", "raw", "raw+local"])
     raw = _time(rows, 16 * MiB, "raw")
-    out.append(Target("MoE dispatch + combine / the two bare exchanges (issue 5)", "4 ranks, 16 MiB of tokens",
+    out.append(Target("MoE dispatch + combine / the two bare exchanges", "4 ranks, 16 MiB of tokens",
                       _time(rows, 16 * MiB, "reshard") / raw, 1.3, "x", True, command,
                       bound=_time(rows, 16 * MiB, "raw+local") / raw))
     return out
@@ -143,7 +146,7 @@ def measure(engine: str, ranks_list: tuple[int, ...] = (2, 3, 4), progress: Call
 def render(console: Any, engine: str, targets: list[Target]) -> None:
     from rich.table import Table
 
-    table = Table(title=f"issue 7 targets on this machine ({engine}); each line's table: its command",
+    table = Table(title=f"performance targets on this machine ({engine}); each line's table: its command",
                   title_justify="left")
     for col in ("target", "where", "measured", "limit", "met", "bare call", "command"):
         table.add_column(col, justify="right" if col in ("measured", "limit", "bare call") else "left",
@@ -170,3 +173,29 @@ def summary(targets: list[Target]) -> str:
 
 def as_json(targets: list[Target]) -> list[dict]:
     return [dict(asdict(t), met=t.met, reachable=t.reachable) for t in targets]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(description="Measure reshard's performance targets on one engine.")
+    parser.add_argument("--engine", choices=("gloo", "mpi"), default="gloo", help="the engine to measure")
+    parser.add_argument("--json", help="also write the targets to this JSON file")
+    parser.add_argument("--no-color", action="store_true", help="plain text, no colour")
+    args = parser.parse_args(argv)
+    console = Console(no_color=args.no_color, highlight=False)
+    if not console.is_terminal:
+        console.width = 200
+    found = measure(args.engine, progress=lambda command: console.print(f"[dim]running: {command}[/]"))
+    render(console, args.engine, found)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"engine": args.engine, "targets": as_json(found)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidArgument, RankFailed
-from ..launch import MALLOC_KEEP
+from .settings import MALLOC_KEEP
 
 RESULT = "result-{rank}.pkl"
 PAYLOAD = "payload.pkl"
@@ -72,11 +72,11 @@ def spawn_mpi(fn: Callable[..., Any], size: int, args: tuple, timeout: float, ch
             head = {"check": check, "timeout": timeout, "sys_path": sys.path, "main_path": main_path}
             pickle.dump(head, f)  # first, so the rank can set up imports before loading fn
             pickle.dump({"fn": fn, "args": args}, f)
-        cmd = launcher_command(size) + [sys.executable, "-m", "reshard._mpi_rank", tmp]
+        cmd = launcher_command(size) + [sys.executable, "-m", "reshard.launch.mpi_rank", tmp]
         env = dict(os.environ, RESHARD_TIMEOUT=str(timeout))
         # Each rank's share of the cores for OpenMP (torch, numpy's BLAS), as torchrun does.
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // size)))
-        for key, value in MALLOC_KEEP.items():  # see reshard._rank: no page faults per call
+        for key, value in MALLOC_KEEP.items():  # see launch.settings: no page faults per call
             env.setdefault(key, value)
         proc = subprocess.Popen(
             cmd, env=env, start_new_session=True, stdin=subprocess.DEVNULL, stdout=None, stderr=subprocess.PIPE,

@@ -1,0 +1,236 @@
+"""One collective call on one rank: input conversion, validation, the cross-rank agreement
+check, and the replay of an earlier call's plan.
+
+Training loops call the same op on the same shapes every step. The first call of a signature
+(op, arguments, input shape, dtype, device, contiguity, check) validates, checks and works out
+the exchange (piece shapes, datatypes, counts); later calls replay that plan. With the check
+on (or when the peers' shapes are needed) a replay still exchanges its record with every rank
+and compares all of them, byte for byte, with those the plan was made from: any change on any
+rank falls back to the full path with the records already in hand, so a replay raises exactly
+what the full path would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import agreement
+from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
+from .comm import Comm, current
+from .errors import InvalidArgument, ReshardError
+from .layout import Partial, Replicate, Shard
+from .stats import ExchangeStats, set_last
+
+Array = Any  # torch.Tensor or numpy.ndarray
+
+MISS = object()
+_PLANS_MAX = 256  # signatures kept per communicator; a long run over many shapes starts over
+_PLANS_BYTES = 64 << 20  # and at most this much of kept records (N records of ~N ints each)
+
+
+@dataclass
+class CachedRun:
+    """What a successful call worked out, kept for the next call with its signature."""
+
+    record: Any  # this rank's encoded check record, or None when the call exchanged none
+    gathered: bytes | None  # every rank's records, as they were when the plan was made
+    run: Callable[..., Array]  # (call, x) -> result
+    arrays: Any
+    numpy_in: bool
+    detach: bool
+    grad: Callable[..., Array] | None  # (call, x, out) -> out on the autograd tape
+
+
+_PLAIN_TYPES = (int, str, Shard, Replicate, Partial)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as a key part: plain ints, strings, placements, None and tuples/lists of them
+    (type included, so True and 1 differ); TypeError for anything else (no replay then)."""
+    kind = type(value)
+    if value is None:
+        return None
+    if kind in (tuple, list):
+        return (kind, tuple(_plain(v) for v in value))
+    if kind not in _PLAIN_TYPES or (kind is Shard and type(value.dim) is not int):
+        raise TypeError(kind)
+    return (kind, value)
+
+
+def _signature(op: str, x: Any, check: bool, args: tuple) -> tuple | None:
+    """What decides a call's plan on this rank (requires_grad last), or None (never replayed)."""
+    try:
+        if is_torch(x):
+            return (op, _plain(args), check, type(x), x.dtype, x.device, tuple(x.shape), x.is_contiguous(), x.requires_grad)
+        if is_numpy(x):
+            return (op, _plain(args), check, type(x), x.dtype, x.shape, x.strides, x.flags.writeable, False)
+    except (TypeError, RuntimeError):
+        pass
+    return None
+
+
+class Call:
+    """One collective call on one rank: input conversion, validation, the agreement check."""
+
+    def __init__(self, op: str, x: Any, comm: Comm | None, check: bool | None, arg_names: Sequence[str] = ()):
+        self.op = op
+        self.comm = current(comm)
+        self.check = self.comm.check if check is None else bool(check)
+        self.transport = self.comm.transport
+        self.arrays = self.transport.arrays
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.numpy_in = False
+        self.x = x
+        self.record = agreement.Record(op=op, arg_names=tuple(arg_names))
+        self.error: ReshardError | None = None
+        self.stats = ExchangeStats(op)
+        self.overlapped: Any = None
+        self.key: tuple | None = None  # the call's signature, when it can be replayed
+        self.pregathered: Any = None  # records a replay already gathered (and found changed)
+        self.sent_record: Any = None
+        self.gathered_raw: bytes | None = None
+
+    def replay(self, args: tuple) -> Any:
+        """This call's result from the plan of an earlier call with the same signature, or
+        ``MISS``. The plan stands only while every rank's records are byte-identical to the
+        ones it was made from, so the check (when on) is one exchange and one comparison; when
+        they changed, the full path takes over with the records already gathered."""
+        key = _signature(self.op, self.x, self.check, args)
+        if key is None:
+            return MISS
+        self.key = key
+        plan = self.comm.replay_cache.get(key)
+        if plan is None:
+            return MISS
+        if plan.record is not None:
+            gathered = self.transport.start_allgather_bytes(plan.record, f"{self.op} (check)")()
+            self.stats.metadata_exchanges += 1
+            if gathered.tobytes() != plan.gathered:
+                self.pregathered = gathered
+                return MISS
+        x = self.x
+        self.arrays = plan.arrays
+        self.stats.replayed = True
+        if plan.numpy_in:
+            self.numpy_in = True
+            x = to_torch(x)
+        elif plan.detach:
+            x = x.detach()
+        out = plan.run(self, x)
+        if plan.grad is not None and wants_grad(self.x):
+            out = plan.grad(self, self.x, out)
+        return self.result(out)
+
+    def run_and_remember(self, run: Callable[..., Array], collective: str | None = None) -> Array:
+        """``run(self, self.x)`` as one step named ``collective`` (default: the op), kept for
+        replay (ops with no autograd rule of their own)."""
+        name = collective or self.op
+
+        def step(k: Call, xt: Array, sent: Any = None) -> Array:
+            started = k.stats.begin_step()
+            out = run(k, xt)
+            k.stats.end_step(name, started)
+            return out
+
+        out = step(self, self.x)
+        self.remember(step)
+        return out
+
+    def remember(self, run: Callable[..., Array], grad: Callable[..., Array] | None = None) -> None:
+        """Keep what this (successful) call worked out, for the next call with its signature."""
+        if self.key is None:
+            return
+        plans = self.comm.replay_cache
+        if len(plans) >= max(4, min(_PLANS_MAX, _PLANS_BYTES // max(1, len(self.gathered_raw or b"")))):
+            plans.clear()
+        x = self.x
+        detach = is_torch(x) and self.key[-1]  # requires_grad
+        plans[self.key] = CachedRun(self.sent_record, self.gathered_raw, run, self.arrays, self.numpy_in, bool(detach), grad)
+
+    @contextlib.contextmanager
+    def validating(self) -> Iterator[None]:
+        """Local validation: an error is held for the check, so every rank can raise it."""
+        try:
+            yield
+        except ReshardError as exc:
+            msg = str(exc)
+            if not msg.startswith(f"rank {self.rank}"):
+                exc.args = (f"rank {self.rank}: {self.op}: {msg}",) + exc.args[1:]
+            self.error = exc
+            self.record.fail(exc)
+
+    def take_input(self, need_dims: bool = True) -> None:
+        x = self.x
+        check_array(x, "x", need_dims)
+        self.record.dtype = dtype_name(x)
+        self.record.shape = tuple(int(s) for s in x.shape)
+        if is_numpy(x) and self.arrays.name == "torch":
+            self.numpy_in = True
+            x = to_torch(x)
+        elif is_torch(x):
+            self.arrays = array_backend("torch")  # torch CPU tensors on MPI: the engine sees them as buffers
+        if is_torch(x):
+            self.record.device = x.device.type
+            if x.device.type != "cpu" and self.comm.engine in ("gloo", "mpi"):
+                raise InvalidArgument(
+                    f"x is on {x.device}, but this communicator's engine ({self.comm.engine}) moves CPU tensors only"
+                )
+            if x.device.type == "cpu" and self.comm.engine == "nccl":
+                raise InvalidArgument("x is on the CPU, but this communicator's engine (nccl) moves CUDA tensors only")
+            if x.requires_grad:
+                x = x.detach()
+        else:
+            self.record.device = "cpu"
+        self.x = x
+
+    def agree(
+        self, free_dims: Sequence[int] = (), need_shapes: bool = True, per_rank_splits: bool = False,
+        while_waiting: Any = None,
+    ) -> list[tuple[int, ...]] | None:
+        """Run the check (if on) or the metadata exchange (if needed); raise on any problem.
+
+        Returns every rank's input shape, or None when neither check nor shapes were needed.
+        ``while_waiting()`` (local work, e.g. the pack) runs while the records are in flight,
+        unless this rank's input was already found invalid; its result is ``self.overlapped``.
+        """
+        if not self.check and not need_shapes:
+            if self.error is not None:
+                raise self.error
+            if while_waiting is not None:
+                self.overlapped = while_waiting()
+            return None
+        raw = agreement.encode(self.record, self.size)
+        if self.pregathered is not None:  # a replay exchanged this very record already
+            finish = lambda: self.pregathered  # noqa: E731
+        else:
+            finish = self.transport.start_allgather_bytes(raw, f"{self.op} (check)")
+            self.stats.metadata_exchanges += 1
+        if while_waiting is not None and self.error is None:
+            self.overlapped = while_waiting()  # local work (the pack) while the records travel
+        gathered = finish()
+        self.sent_record, self.gathered_raw = raw, gathered.tobytes()
+        records = [agreement.decode(row, self.size, self.record.arg_names) for row in gathered]
+        if self.error is None and self.record.error_code:  # e.g. too many dims, found by encode
+            self.error = agreement.ERROR_CODES[self.record.error_code](self.record.message)
+        agreement.raise_errors(records, self.rank, self.error)
+        if self.check:
+            agreement.compare(records, free_dims, per_rank_splits)
+        self.records = records
+        return [r.shape for r in records]
+
+    def result(self, out: Array) -> Array:
+        set_last(self.stats)
+        if self.numpy_in and out is not None:
+            return out.numpy()
+        return out
+
+
+
+
+def wants_grad(x: Any) -> bool:
+    """A torch tensor on the autograd tape: the result gets a backward (the reverse exchange)."""
+    return is_torch(x) and x.requires_grad and sys.modules["torch"].is_grad_enabled()

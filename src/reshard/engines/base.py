@@ -1,0 +1,81 @@
+"""The interface between the collectives and an engine.
+
+An engine offers a few primitives on 1-D buffers (``alltoallv``, ``allgather``, the small
+``allgather_bytes`` of the check) and its own *form* of the all-to-all: how it moves the
+pieces of one layout exchange with the fewest copies it can (gloo: one message per peer; NCCL:
+one call on a packed buffer; MPI: subarray datatypes, or bytes with the own piece kept out).
+The collectives ask for a form once per call signature and run it on every replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..stats import ExchangeStats
+
+
+class CallState(Protocol):
+    """What an exchange form reads from the call it runs in."""
+
+    op: str
+    rank: int
+    size: int
+    arrays: Any  # the array backend (``reshard.arrays``) of the tensors in flight
+    stats: ExchangeStats
+    transport: Engine
+
+
+@dataclass(frozen=True)
+class AllToAllGeometry:
+    """One rank's all-to-all: ``x`` of ``in_shape`` cut along ``split_dim`` into ``send_sizes``
+    (piece j to rank j); rank i's piece for this rank has shape ``recv_shapes[i]``; they are
+    concatenated along ``concat_dim`` into ``out_shape``."""
+
+    in_shape: tuple[int, ...]
+    split_dim: int
+    concat_dim: int
+    send_sizes: tuple[int, ...]
+    recv_shapes: tuple[tuple[int, ...], ...]
+    out_shape: tuple[int, ...]
+
+
+# run(call, x, sent=None) -> result; ``sent`` is what ``pack_ahead`` returned, if anything
+ExchangeRun = Callable[..., Any]
+
+
+class Engine(Protocol):
+    """An engine adapter: ``name`` in {"gloo", "nccl", "mpi"}, this rank, the group size."""
+
+    name: str
+    rank: int
+    size: int
+    timeout: float
+    arrays_name: str  # the array library its buffers are in ("torch" or "numpy")
+
+    def alltoallv(self, recv: Any, send: Any, recv_counts: Sequence[int], send_counts: Sequence[int], what: str) -> None:
+        """1-D uint8 ``send`` segment j to rank j; rank i's segment into ``recv`` segment i."""
+
+    def allgather(self, recv: Any, send: Any, what: str) -> None:
+        """Every rank's ``send`` (equal byte lengths), stacked in rank order into ``recv``."""
+
+    def allgather_bytes(self, send: Any, what: str) -> Any:
+        """numpy uint8 [L] -> numpy uint8 [size, L] (the check's records, the MoE counts)."""
+
+    def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], Any]:
+        """``allgather_bytes`` begun now; calling the result finishes it."""
+
+    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAllGeometry) -> ExchangeRun:
+        """This engine's way of running ``geometry`` for inputs like ``x``, worked out once."""
+
+    def pack_ahead(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
+        """The pack as a job to run while the check's records travel, where this engine's form
+        packs before its exchange; None where it does not (its result is the form's ``sent``)."""
+
+    def exchange_pairs(self, recvs: Sequence[tuple[int, Any]], sends: Iterable[tuple[int, Any]], what: str) -> None:
+        """Point-to-point messages (engines without them raise NotImplementedError)."""
+
+    def barrier(self) -> None: ...
+
+    def close(self) -> None: ...

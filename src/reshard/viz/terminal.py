@@ -1,0 +1,150 @@
+"""Terminal drawings (rich): layout tables and block grids for ``demo``, the comparison table
+of ``explain``, and the plan of ``plan``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..layout import Partial, Placement, Replicate, Shard, local_region, shard_sizes
+from ..messages import placement_words, say
+from ..plan import describe_region, estimate_seconds, make_plan, summarize_matrix
+from .blocks import block_name, blocks_held, holders
+from .text import human_bytes
+
+RANK_STYLES = ["bold red", "bold green", "bold blue", "bold magenta", "bold cyan", "bold yellow", "bold white", "red", "green", "blue"]
+
+
+def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Placement, dst: Placement,
+           dtype: str, engine: str, ins: list[Any], outs: list[Any], moved: list[tuple[int, int]]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    plan = make_plan(shape, src, dst, n, dtype)
+    collective = plan.collective if plan.collective not in ("none", "local") else "no communication"
+    console.print(say("demo.title", lang, collective="AllToAll", rows=shape[0], cols=shape[1], dtype=dtype, ranks=n, engine=engine))
+    console.print()
+
+    def layout_table(title: str, placement: Placement, arrays: list[Any]) -> None:
+        table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        table.add_column("rank")
+        table.add_column(say("demo.holds", lang))
+        table.add_column(say("demo.region", lang))
+        table.add_column(say("demo.shape", lang))
+        for r in range(n):
+            region = local_region(shape, placement, r, n)
+            blocks = blocks_held(shape, placement, r, n)
+            held = " ".join(blocks) if blocks and all(b > a for a, b in region) else say("demo.nothing", lang)
+            if isinstance(placement, Partial):
+                held = say("demo.partial_sum", lang)
+            dims = " x ".join(str(s) for s in arrays[r].shape)
+            table.add_row(Text(f"rank {r}", style=RANK_STYLES[r % len(RANK_STYLES)]), held, describe_region(region), f"[{dims}]")
+        console.print(table)
+        console.print(grid(shape, placement, n))
+
+    layout_table(say("demo.before", lang, placement=placement_words(src, lang)), src, ins)
+    if plan.collective == "all_to_all":
+        console.print(say("demo.cut_rule", lang))
+        for t in plan.transfers:
+            stays = " " + say("demo.stays", lang) if t.src == t.dst else ""
+            line = Text(f"  rank {t.src}: ", style=RANK_STYLES[t.src % len(RANK_STYLES)])
+            line.append(f"{describe_region(t.region)} -> ")
+            line.append(f"rank {t.dst}", style=RANK_STYLES[t.dst % len(RANK_STYLES)])
+            line.append(stays)
+            console.print(line)
+        console.print()
+    layout_table(say("demo.after", lang, placement=placement_words(dst, lang), collective=collective), dst, outs)
+    summed = any(step.sums_values for step in plan.steps)
+    sent = max(m[0] for m in moved)
+    received = max(m[1] for m in moved)
+    console.print(say("demo.moved", lang, sent=human_bytes(sent), received=human_bytes(received),
+                      summed=say("demo.summed" if summed else "demo.not_summed", lang)))
+
+
+def grid(shape: tuple[int, int], placement: Placement, n: int) -> Any:
+    """The N x N block grid coloured by the rank holding each block (as the card draws it)."""
+    from rich.text import Text
+
+    rows, cols = shard_sizes(shape[0], n), shard_sizes(shape[1], n)
+    text = Text()
+    for i in range(n):
+        if rows[i] == 0:
+            continue
+        text.append("  ")
+        for j in range(n):
+            if cols[j] == 0:
+                continue
+            if isinstance(placement, Shard):
+                holder = holders(placement, i, j, n)[0]
+                text.append(f" {block_name(i, j, n)} ", style=f"reverse {RANK_STYLES[holder % len(RANK_STYLES)]}")
+            else:
+                mark = "*" if isinstance(placement, Replicate) else "+"
+                text.append(f" {block_name(i, j, n)}{mark}", style="reverse bold white")
+            text.append(" ")
+        text.append("\n")
+    return text
+
+
+def render_explain(console: Any, facts: dict[str, Any], lang: str) -> None:
+    from rich.table import Table
+
+
+    n = facts["ranks"]
+    rows, cols = facts["shape"]
+    console.print(say("explain.title", lang, rows=rows, cols=cols, ranks=n, engine=facts["engine"]))
+    console.print(say("explain.inputs", lang, sizes=", ".join(str(s) for s in shard_sizes(rows, n))))
+    console.print()
+    yes, no = say("word.yes", lang), say("word.no", lang)
+    table = Table(show_lines=True)
+    for header in ("explain.col.collective", "explain.col.holds", "explain.col.sums", "explain.col.full", "explain.col.bytes", "explain.col.memory"):
+        table.add_column(say(header, lang))
+    for name, f in facts["collectives"].items():
+        if "error" in f:
+            table.add_row(say(f"name.{name}", lang), say("explain.not_applicable", lang, reason=f["error"]), "", "", "", "")
+            continue
+        holds = []
+        for r, h in enumerate(f["holds_per_rank"]):
+            shape = f["result_shape_per_rank"][r]
+            what = say("demo.nothing", lang) if h["kind"] == "nothing" else h.get("text", h["kind"])
+            holds.append(f"rank {r}: {what}" + (f" [{' x '.join(map(str, shape))}]" if shape else ""))
+        full = yes if f["full_tensor_on_every_rank"] else (say("explain.some_rank", lang) if f["full_tensor_on_some_rank"] else no)
+        traffic = "\n".join(f"rank {r}: {human_bytes(s)} / {human_bytes(v)}" for r, (s, v) in
+                            enumerate(zip(f["bytes_sent_per_rank"], f["bytes_received_per_rank"])))
+        memory = ", ".join(f"{m:g}x" for m in f["peak_memory_per_rank_in_shards"])
+        table.add_row(say(f"name.{name}", lang), "\n".join(holds), yes if f["sums_values"] else no, full, traffic, memory)
+    console.print(table)
+    console.print(say("explain.grids", lang))
+    console.print(grid((rows, cols), Shard(0), n))
+    console.print(grid((rows, cols), Shard(1), n))
+    a = facts["answers"]
+    console.print(say("explain.q1", lang))
+    ev = a["adds_values"]["evidence"]
+    console.print("  " + say("explain.a1.yes" if a["adds_values"]["answer"] else "explain.a1.no", lang, elements=ev["output_elements"]))
+    console.print(say("explain.q2", lang))
+    ev = a["full_tensor_on_every_rank"]["evidence"]
+    shapes = ", ".join("[" + " x ".join(map(str, s)) + "]" for s in ev["result_shapes"])
+    key = "explain.a2.yes" if a["full_tensor_on_every_rank"]["answer"] else "explain.a2.no"
+    console.print("  " + say(key, lang, shapes=shapes, full=" x ".join(map(str, ev["global_shape"]))))
+    console.print(say("explain.q3", lang))
+    console.print("  " + say("explain.a3", lang))
+    for e in a["cut_rule"]:
+        console.print(f"    rank {e['src_rank']}: {e['text']} -> rank {e['dst_rank']}")
+
+
+def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float = 0.0, beta: float = 0.0) -> None:
+    """The plan as text: collective, split table (first rows when large), bytes, memory, time."""
+    console.print(say("plan.head", lang, collective=plan.collective, src=repr(plan.src), dst=repr(plan.dst),
+                      shape=list(plan.global_shape), dtype=plan.dtype, ranks=plan.size))
+    moves = [t for t in plan.transfers if t.src != t.dst]
+    console.print(say("plan.split_table", lang, count=len(moves)))
+    for t in moves[:limit]:
+        console.print(f"  rank {t.src}: {describe_region(t.region)} -> rank {t.dst}  ({human_bytes(t.nbytes)})")
+    if len(moves) > limit:
+        console.print("  " + say("plan.more", lang, count=len(moves) - limit))
+    summary = summarize_matrix(plan.traffic_matrix)
+    console.print(say("plan.traffic", lang, pairs=summary["nonzero_pairs"], low=human_bytes(summary["min_pair_bytes"]),
+                      high=human_bytes(summary["max_pair_bytes"])))
+    console.print(say("plan.bytes", lang, most=human_bytes(max(plan.bytes_sent_per_rank)), total=human_bytes(plan.total_bytes)))
+    worst = max(plan.memory_per_rank(), key=lambda m: m["peak"])
+    console.print(say("plan.memory", lang, before=human_bytes(worst["before"]), peak=human_bytes(worst["peak"]),
+                      after=human_bytes(worst["after"]), pack=plan.pack_copies, unpack=plan.unpack_copies))
+    console.print(say("plan.time", lang, ms=f"{estimate_seconds(plan, alpha, beta) * 1e3:.3f}", alpha=alpha * 1e6, beta=beta * 1e9))

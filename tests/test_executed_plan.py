@@ -1,0 +1,61 @@
+"""``redistribute`` runs exactly the steps ``make_plan`` returns: for every placement pair, the
+steps each rank reports through ``rs.last_exchange()`` (collective, bytes out, bytes in) are the
+plan's steps with the plan's bytes for that rank, on the first call and on its replay."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import rank_fns
+import reshard as rs
+from oracle import pattern
+from reshard.plan import make_plan
+
+PLACEMENTS = ["S(0)", "S(1)", "S(2)", "R", "P(sum)", "P(max)"]
+PAIRS = list(itertools.product(PLACEMENTS, repeat=2))
+
+
+def _expected(shape, src, dst, n):
+    plan = make_plan(shape, src, dst, n, "float32")
+    per_rank = []
+    for r in range(n):
+        steps = []
+        for step in plan.steps:
+            sent, received = plan.step_bytes(step)
+            steps.append((step.collective, sent[r], received[r]))
+        per_rank.append(steps)
+    return plan, per_rank
+
+
+@pytest.mark.parametrize(("engine", "arrays", "n", "shape"), [
+    ("gloo", "torch", 3, (5, 7, 4)),
+    ("gloo", "numpy", 2, (3, 0, 5)),
+    ("mpi", "numpy", 3, (7, 4, 2)),
+    ("mpi", "torch", 4, (2, 9, 3)),
+])
+def test_every_pair_runs_the_plans_steps(engine, arrays, n, shape):
+    results = rs.spawn(rank_fns.executed_steps, n, engine=engine, args=(shape, PAIRS, arrays), timeout=240)
+    full = pattern(shape, "float32")
+    for k, (src, dst) in enumerate(PAIRS):
+        plan, want = _expected(shape, src, dst, n)
+        for r in range(n):
+            seen, ok, _ = results[r][k]
+            assert seen[0] == want[r], f"{src} -> {dst}, rank {r}: ran {seen[0]}, plan {want[r]}"
+            assert seen[1] == want[r], f"{src} -> {dst}, rank {r} (replay): ran {seen[1]}, plan {want[r]}"
+            assert ok in (True, None), f"{src} -> {dst}: rank {r} holds wrong values"
+        if rs.parse_placement(dst) != rs.parse_placement(src) and isinstance(rs.parse_placement(dst), rs.Partial):
+            outs = [np.asarray(results[r][k][2]) for r in range(n)]
+            op = rs.parse_placement(dst).op
+            total = outs[0].copy()
+            for o in outs[1:]:
+                total = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op](total, o)
+            assert np.array_equal(total, full), f"{src} -> {dst}: the ranks' partial values do not reduce to the tensor"
+
+
+def test_a_plan_that_moves_nothing_runs_no_step():
+    plan = make_plan((4, 4), "S(0)", "S(0)", 2)
+    assert plan.steps == []
+    assert [s.collective for s in make_plan((4, 4), "P(sum)", "P(max)", 2).steps] == ["reduce_scatter", "all_gather", "local"]

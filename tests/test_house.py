@@ -1,0 +1,145 @@
+"""The package's shape, measured: every module in its layer, imports only downward (so no
+circles), none over 500 lines, none reaching into another module's underscore names, and the
+pure layers free of engines and array libraries."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "reshard"
+MAX_LINES = 500
+
+# Lower layers never import higher ones; a module may import its own layer only where listed.
+LAYERS = [
+    ["errors"],
+    ["layout", "messages"],
+    ["plan", "arrays"],
+    ["stats"],
+    ["buffers", "agreement"],
+    ["pieces"],
+    ["engines.base"],
+    ["engines.gloo_pairwise", "engines.mpi_forms"],
+    ["engines.torch_engine", "engines.mpi_engine", "engines"],
+    ["comm"],
+    ["call"],
+    ["execute", "autograd"],
+    ["ops"],
+    ["moe"],
+    ["launch.settings"],
+    ["launch.torch_rank", "launch.mpi_rank", "launch.mpi"],
+    ["launch.local"],
+    ["launch"],
+    ["viz.blocks", "viz.text"],
+    ["viz.terminal", "viz.pictures"],
+    ["viz"],
+    ["demo", "explain"],
+    ["bench.rank"],
+    ["bench.report"],
+    ["bench"],
+    ["cli"],
+    ["__main__", ""],
+]
+PURE = {"layout", "plan", "errors", "messages", "stats"}
+HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+LAYER_OF = {m: i for i, layer in enumerate(LAYERS) for m in layer}
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    """The package-relative name a relative import names ('' for the package itself)."""
+    base = module.split(".") if module else []
+    is_package = MODULES[module].name == "__init__.py"
+    keep = len(base) - (node.level - 1) - (0 if is_package else 1)
+    parts = base[: max(keep, 0)] + (node.module.split(".") if node.module else [])
+    return ".".join(parts)
+
+
+def _imports(module: str) -> list[tuple[str, list[str], int]]:
+    """(imported module, names taken from it, line) for every reshard import in ``module``."""
+    tree = ast.parse(MODULES[module].read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = _resolve(module, node)
+            elif node.module and node.module.split(".")[0] == "reshard":
+                target = node.module.removeprefix("reshard").lstrip(".")
+            else:
+                continue
+            names = [a.name for a in node.names]
+            # "from . import ops" names a module, not an attribute of the package
+            sub = [f"{target}.{n}".lstrip(".") for n in names if f"{target}.{n}".lstrip(".") in MODULES]
+            if sub:
+                found += [(s, [], node.lineno) for s in sub]
+            else:
+                found.append((target, names, node.lineno))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "reshard":
+                    found.append((a.name.removeprefix("reshard").lstrip("."), [], node.lineno))
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert sorted(set(MODULES) - set(LAYER_OF)) == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_down_only(module):
+    for target, _, line in _imports(module):
+        if target == "" and module in ("__main__", ""):
+            continue
+        assert target in MODULES, f"{module}:{line} imports unknown reshard.{target}"
+        assert LAYER_OF[target] < LAYER_OF[module] or (target in ("", "launch") and module == "__main__"), (
+            f"{module}:{line} imports {target}, which is not in a lower layer"
+        )
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_takes_another_modules_underscore_names(module):
+    for target, names, line in _imports(module):
+        private = [n for n in names if n.startswith("_")]
+        assert not private, f"{module}:{line} imports {private} from {target}"
+    tree = ast.parse(MODULES[module].read_text())
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported:
+            assert not (node.attr.startswith("_") and not node.attr.startswith("__")), (
+                f"{module}:{node.lineno} reads {node.value.id}.{node.attr}"
+            )
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_over_the_line_limit(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines"
+
+
+@pytest.mark.parametrize("module", sorted(PURE))
+def test_pure_layers_import_no_engine_or_array_library(module):
+    """At import time (a pure helper may take a numpy array or tensor it is handed); plan never."""
+    tree = ast.parse(MODULES[module].read_text())
+    for node in (ast.walk(tree) if module == "plan" else tree.body):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        for name in names:
+            assert name.split(".")[0] not in HEAVY, f"{module}:{node.lineno} imports {name}"
+
+
+def test_the_import_reader_finds_known_imports():
+    """The rules above read real imports (an empty reading would pass them all)."""
+    assert LAYER_OF["ops"] > LAYER_OF["plan"]
+    found = [t for t, _, _ in _imports("ops")]
+    assert "plan" in found and "execute" in found
