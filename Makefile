@@ -1,10 +1,10 @@
-# make demo: set up and run the card's exchange on local ranks.  make test: set up and run the tests.
+# make demo: set up and run the row -> column example on local ranks.  make test: set up and run the tests.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint docs clean
 
 setup: $(STAMP)
 
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-dev.txt torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints-dev.txt -e ".[test,plot,mpi]"
+	$(PY) -m pip install --quiet -c constraints-dev.txt -e ".[test,plot,mpi,docs]"
 	touch $(STAMP)
 
 demo: setup
@@ -25,5 +25,8 @@ test: setup
 lint: setup
 	$(PY) -m ruff check src tests benchmarks examples
 
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache .hypothesis

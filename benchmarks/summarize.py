@@ -1,6 +1,6 @@
-"""Markdown tables from `reshard bench --json` files (used to write RESULTS.md).
+"""Markdown tables from `reshard bench --json` files: the tables page of the performance docs.
 
-    python benchmarks/summarize.py benchmarks/results/*.json
+    python benchmarks/summarize.py benchmarks/results/*.json > docs/performance-tables.md
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def _ratio(entry: dict, key: str) -> str:
 
 
 def targets_table(data: dict) -> str:
-    lines = [f"**issue 7 targets, {data['engine']}** (`reshard bench --engine {data['engine']} --targets`)", "",
+    lines = [f"**targets, {data['engine']}** (`python benchmarks/targets.py --engine {data['engine']}`)", "",
              "| target | where | measured | limit | met | bare call | the table behind it |",
              "|---|---|---|---|---|---|---|"]
     for t in data["targets"]:
@@ -53,5 +53,15 @@ def table(path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+HEADER = """# Tables of this machine
+
+Written by `bash benchmarks/run_all.sh` (each table names the command that made it); see
+[the method](performance.md) for what the columns mean. Machine: 2 cores, 24 GiB, no GPU;
+torch 2.13.0 (CPU), gloo over loopback; mpi4py 4.1.2 with Open MPI 5.0.11 (shared memory).
+3 and 4 ranks oversubscribe the cores, so two runs differ by 10-30%.
+"""
+
+
 if __name__ == "__main__":
+    print(HEADER)
     print("\n".join(table(p) for p in sys.argv[1:]))

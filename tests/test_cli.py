@@ -19,7 +19,7 @@ def reshard_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, "-m", "reshard.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def test_demo_shows_the_card():
+def test_demo_shows_the_row_to_column_example():
     run = reshard_cli("demo")
     assert run.returncode == 0, run.stderr
     out = run.stdout

@@ -25,7 +25,7 @@ def test_json_has_every_collective_with_its_facts():
             assert key in f[name], (name, key)
 
 
-def test_measured_facts_match_the_card():
+def test_measured_facts_match_the_row_to_column_example():
     f = facts()
     assert f["all_to_all"]["sums_values"] is False and f["all_to_all"]["full_tensor_on_every_rank"] is False
     assert f["all_to_all"]["result_shape_per_rank"] == [[6, 2]] * 3

@@ -75,7 +75,7 @@ def two_hosts():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def test_card_exchange_across_two_hosts(two_hosts, tmp_path):
+def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     master = two_hosts[0][2]

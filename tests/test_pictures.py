@@ -21,7 +21,7 @@ def _rgb(hex_colour: str) -> np.ndarray:
 
 
 def test_png_shows_every_rank_colour(tmp_path):
-    out = tmp_path / "card.png"
+    out = tmp_path / "row_to_column.png"
     run = reshard_cli("demo", "--png", str(out))
     assert run.returncode == 0, run.stderr
     pixels = (imread(out)[..., :3] * 255).round().astype(int).reshape(-1, 3)
@@ -30,7 +30,7 @@ def test_png_shows_every_rank_colour(tmp_path):
 
 
 def test_html_is_self_contained(tmp_path):
-    out = tmp_path / "card.html"
+    out = tmp_path / "row_to_column.html"
     assert reshard_cli("demo", "--html", str(out)).returncode == 0
     text = out.read_text()
     assert "http://" not in text and "https://" not in text and "<link" not in text and " src=" not in text
@@ -39,7 +39,7 @@ def test_html_is_self_contained(tmp_path):
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian package chromium)")
 @pytest.mark.parametrize("ranks,shape", [(3, (6, 6)), (4, (7, 5))])
 def test_html_animation_ends_in_the_final_layout(tmp_path, ranks, shape):
-    page = tmp_path / "card.html"
+    page = tmp_path / "row_to_column.html"
     viz.write_html(str(page), shape, ranks, Shard(0), Shard(1), "test")
     shot = tmp_path / "shot.png"
     width, height = viz.page_size(ranks)

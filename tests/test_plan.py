@@ -52,7 +52,7 @@ def test_transfers_rebuild_every_destination(shape, n, data):
             assert covered.size == 0 or covered.max() == 1, "an element arrived twice"
 
 
-def test_card_plan():
+def test_row_to_column_plan():
     plan = make_plan((6, 6), "row", "col", 3, "float32")
     assert plan.collective == "all_to_all"
     assert plan.traffic_matrix == [[16] * 3] * 3  # a 2x2 float32 block per pair

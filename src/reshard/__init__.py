@@ -11,7 +11,12 @@ from typing import Any
 from .errors import CommTimeout, InvalidArgument, MismatchError, RankFailed, ReshardError, UnsupportedDType
 from .layout import Partial, Replicate, Shard, local_shard, parse_placement, shard_sizes
 
-__version__ = "0.1.0"
+try:
+    from importlib.metadata import PackageNotFoundError, version
+
+    __version__ = version("reshard")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
 
 _LAZY = {
     "all_to_all": "ops", "all_to_all_v": "ops", "all_gather": "ops", "gather": "ops", "reduce_scatter": "ops",

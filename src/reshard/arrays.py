@@ -37,16 +37,9 @@ def numel(shape: Sequence[int]) -> int:
     return n
 
 
-# CPU results of 256 KiB and up are allocated by numpy (plain malloc) and handed to torch
-# without a copy.
-# torch allocates with posix_memalign, whose request is slightly larger than the block it
-# freed, so glibc often grew the heap into fresh pages instead of reusing the freed block:
-# a 64 MiB result took 16,384 page faults and 23-27 ms per call inside a rank, against 0
-# faults and 1.6-2.0 ms through numpy (which also asks for huge pages when memory is fresh).
-# Smaller results drift the same way: 1 MiB results took 256-515 faults on some calls (2 ranks,
-# gloo), none through numpy. Below 256 KiB torch's own allocation is kept (it is a little
-# cheaper, and small blocks come from malloc's bins).
-# Such a tensor is an ordinary torch.Tensor except that its storage cannot be resized.
+# CPU results of 256 KiB and up come from numpy (plain malloc), handed to torch without a
+# copy: torch's posix_memalign kept growing the heap into fresh pages, which page-faulted on
+# every call (docs/performance.md, "Memory"). Such a tensor's storage cannot be resized.
 _NUMPY_ALLOC_MIN_BYTES = 256 << 10
 
 

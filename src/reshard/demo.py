@@ -1,4 +1,4 @@
-"""``reshard demo``: the card's exchange, run for real on local ranks, drawn and checked."""
+"""``reshard demo``: the row -> column example, run for real on local ranks, drawn and checked."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ def _measured_split_table(outs: list[np.ndarray], ins: list[np.ndarray], full: n
 
 
 def answer(facts: dict[str, Any], collective: str = "all_to_all") -> dict[str, Any]:
-    """The card's three questions, answered from ``facts`` alone (for any collective)."""
+    """The three questions a learner asks of a collective, answered from ``facts`` alone (for any collective)."""
     f = facts["collectives"][collective]
     n = facts["ranks"]
     elements = sum(int(np.prod(s)) for s in f["result_shape_per_rank"] if s is not None)

@@ -1,6 +1,6 @@
 """Every sentence the CLI prints, in one catalogue, keyed by message id and language.
 
-English is the default; ``--lang ko`` picks Korean (the card's language) where a translation
+English is the default; ``--lang ko`` picks Korean (the language the row -> column example was first taught in) where a translation
 exists and falls back to English otherwise.
 """
 
@@ -61,7 +61,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "explain.some_rank": {"en": "one rank only", "ko": "한 rank만"},
     "explain.not_applicable": {"en": "not applicable here: {reason}", "ko": "여기서는 적용 불가: {reason}"},
     "explain.grids": {
-        "en": "The card's picture, blocks coloured by the rank holding them: before (Shard(0)), then after AllToAll (Shard(1)):",
+        "en": "The row -> column example, blocks coloured by the rank holding them: before (Shard(0)), then after AllToAll (Shard(1)):",
         "ko": "카드의 그림, 블록 색은 보유한 rank: 이전 (Shard(0)), 그리고 AllToAll 이후 (Shard(1)):",
     },
     "explain.q1": {"en": "Does AllToAll add values?", "ko": "AllToAll은 값을 더하는가?"},

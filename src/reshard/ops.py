@@ -58,12 +58,13 @@ def all_to_all(
 ) -> Array:
     """Cut ``x`` along ``split_dim`` into one piece per rank, send piece j to rank j, and
     concatenate what arrives along ``concat_dim`` in rank order. Sums nothing, copies nothing
-    twice: the layout exchange of the card (``all_to_all(A_rows, split_dim=1, concat_dim=0)``).
+    twice: the layout exchange of the row -> column example (``all_to_all(A_rows, split_dim=1, concat_dim=0)``).
 
     Args:
       x: the local shard, ``[..., S, ..., C_r, ...]`` (``S`` at ``split_dim``, ``C_r`` at
         ``concat_dim``). Every dim but ``concat_dim`` must agree across ranks.
-      split_dim, concat_dim: ints, negative counts from the end; may be equal.
+      split_dim: the dim cut into pieces (an int; negative counts from the end).
+      concat_dim: the dim the received pieces are joined along; may equal ``split_dim``.
       split_sizes: how to cut ``split_dim`` (one int per rank, same on every rank); default the
         balanced rule ``shard_sizes(S, N)``.
 
@@ -73,8 +74,7 @@ def all_to_all(
       ``sum over i of sizes_i[r]``. Same shapes as ``jax.lax.all_to_all(..., tiled=True)``.
       numpy in, numpy out. ``x`` is never modified.
 
-    Copies: one pack unless ``split_dim`` is effectively leading; one unpack unless
-    ``concat_dim`` is effectively leading (see the module docstring).
+    Copies: at most one pack and one unpack; the engine's form decides (see ``reshard.execute``).
     """
     call = Call("all_to_all", x, comm, check, ("split_dim", "concat_dim"))
     replayed = call.replay((split_dim, concat_dim, split_sizes))

@@ -247,7 +247,7 @@ def make_plan(
 
 
 def describe_region(region: Region) -> str:
-    """The card's words: 'rows 0-5, cols 0-1' (inclusive) for 2-D, 'dim 2 3-4' beyond."""
+    """A region in words: 'rows 0-5, cols 0-1' (inclusive) for 2-D, 'dim 2 3-4' beyond."""
     names = [("rows", "row"), ("cols", "col")] if len(region) == 2 else [(f"dim {d}", f"dim {d}") for d in range(len(region))]
     if len(region) == 1:
         names = [("elements", "element")]

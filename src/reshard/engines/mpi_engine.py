@@ -38,7 +38,7 @@ _SPIN_S = 0.002  # poll without sleeping this long first: most checks finish wit
 
 def as_buffer(a: Any) -> Any:
     """A contiguous CPU array or tensor as an MPI buffer (no copy). A torch tensor is taken
-    by address: 4x cheaper than a numpy view of its bytes, which the 64 KiB latency feels."""
+    by address: cheaper than a numpy view of its bytes, which small messages feel."""
     if isinstance(a, np.ndarray):
         return a
     if a.is_contiguous():
@@ -95,8 +95,7 @@ class MPIEngine:
         """Send ``send[segment j]`` to rank j; receive rank i's segment into ``recv[segment i]``.
 
         Both buffers are 1-D uint8 (numpy or torch CPU); segments are consecutive, sized by the
-        byte counts. Runs as ``Alltoallw`` (as fast as ``Alltoallv`` here, measured in
-        benchmarks/RESULTS.md) so that every rank may describe its own side freely: bytes, a
+        byte counts. Runs as ``Alltoallw`` (as fast as ``Alltoallv``) so that every rank may describe its own side freely: bytes, a
         large-count type, or the subarray types of ``alltoallw`` on a peer, and the calls match.
         """
         sends = [_byte_piece(d, c) for d, c in zip(_displs(send_counts), send_counts)]

@@ -101,10 +101,9 @@ class TorchEngine:
         this one moves). Buffers are contiguous 1-D tensors (any dtype: gloo moves their bytes);
         at most one message per pair of ranks and direction, of exactly the byte length its
         receiver expects. Peers are ranks of this engine's group. The group's own ``recv`` and
-        ``send`` are called directly: ``dist.irecv``/``isend`` look the default group up several
-        times per call, which cost 5-10 us a message here."""
+        ``send`` are called directly (``dist.irecv``/``isend`` look the group up per message)."""
         group = self.group
-        try:  # not the engine_errors context manager: entering it cost 5 us a call here
+        try:  # no context manager here: this path is per call, and entering one is not free
             works = [group.recv([buf], peer, PAIR_TAG) for peer, buf in recvs]
             for peer, buf in sends:
                 works.append(group.send([buf], peer, PAIR_TAG))
@@ -116,9 +115,8 @@ class TorchEngine:
     def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], Any]:
         """``allgather_bytes``, run now: the result is ready when this returns.
 
-        An asynchronous version (``async_op=True``, so the pack could run meanwhile) made ranks
-        under torchrun across two hosts abort ("terminate called without an active exception")
-        in about one run in four; synchronous, 10 of 10 passed. Spawned ranks never showed it.
+        Synchronous on purpose: with ``async_op=True`` gloo ranks under torchrun across hosts
+        sometimes aborted at teardown (docs/performance.md, "Engines").
         """
         done = self.allgather_bytes(send, what)
         return lambda: done

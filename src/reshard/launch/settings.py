@@ -8,16 +8,10 @@ ENGINES = ("gloo", "nccl", "mpi")
 # more telling ones) before they are stopped.
 FAILURE_GRACE_S = 5.0
 
-# glibc hands big freed blocks back to the OS at once (munmap), so every call's fresh result
-# buffer page-faults again: a new 16 MiB buffer cost 6 ms of faults against 1 ms to fill it
-# (measured, 2 cores). Ranks that rs.spawn starts keep freed memory mapped instead (mallopt,
-# or these variables for MPI ranks); a process you start yourself keeps its own settings.
-# The top pad is for torch: it allocates with posix_memalign, whose request is a little larger
-# than the block it freed, so without slack at the top of the heap a repeated 64 MiB
-# allocation grew the heap into fresh pages every time (16,384 faults, 26 ms; with the pad,
-# 0 faults and 1.9 ms in a plain process). Inside ranks the pad did not always suffice, so
-# reshard's own large results come from numpy (arrays.TorchArrays.empty); the pad still helps
-# the torch code around them.
+# glibc hands big freed blocks back to the OS at once, so every call's fresh result would
+# page-fault again: ranks that rs.spawn starts keep freed memory mapped (mallopt, or these
+# variables for MPI ranks), with a top pad for torch's slightly larger re-allocations
+# (docs/performance.md, "Memory"). A process you start yourself keeps its own settings.
 KEEP_FREED_BYTES = 1 << 30
 TOP_PAD_BYTES = 16 << 20
 MALLOC_KEEP = {

@@ -55,9 +55,8 @@ def run(
     os.environ["RESHARD_RANK"] = str(rank)
     os.environ["RESHARD_WORLD_SIZE"] = str(size)
     if "OMP_NUM_THREADS" not in env:
-        # As torchrun does: ranks share the cores, so each gets its share of intra-op threads.
-        # Left at the default, every rank's OpenMP pool spins on every core and a 1 MiB copy
-        # takes 4 ms instead of 55 us (measured, 2 ranks on 2 cores; benchmarks/RESULTS.md).
+        # As torchrun does: ranks share the cores, so each gets its share of intra-op threads
+        # (every rank's OpenMP pool spinning on every core slows copies many times over).
         torch.set_num_threads(threads_per_rank(size))
     keep_freed_memory()
     from .. import comm as comm_mod

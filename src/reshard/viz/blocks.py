@@ -36,7 +36,7 @@ def moves(shape: tuple[int, int], n: int, src: Placement, dst: Placement) -> lis
 
 
 def blocks_held(shape: tuple[int, int], placement: Placement, rank: int, n: int) -> list[str]:
-    """The card's block names (row block i, column block j of the N x N grid) that ``rank`` holds."""
+    """The block names (row block i, column block j of the N x N grid) that ``rank`` holds."""
     return [block_name(i, j, n) for i, j in blocks(shape, n) if rank in holders(placement, i, j, n)]
 
 

@@ -1,4 +1,4 @@
-"""Pictures of layouts as the card draws them: blocks A00... coloured by the rank holding them.
+"""Pictures of layouts: blocks A00... coloured by the rank holding them.
 
 Two renderings share one geometry: a PNG (matplotlib) and a self-contained HTML page (no
 network resources) whose blocks move from their source rank's box to their destination's.

@@ -61,7 +61,7 @@ def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Pl
 
 
 def grid(shape: tuple[int, int], placement: Placement, n: int) -> Any:
-    """The N x N block grid coloured by the rank holding each block (as the card draws it)."""
+    """The N x N block grid coloured by the rank holding each block (the row -> column example's picture)."""
     from rich.text import Text
 
     rows, cols = shard_sizes(shape[0], n), shard_sizes(shape[1], n)
