@@ -8,10 +8,11 @@ import site
 import subprocess
 import sys
 import sysconfig
-import tomllib
 import venv
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
