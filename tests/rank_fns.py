@@ -287,3 +287,31 @@ def executed_steps(comm, shape, pairs, arrays):
             ok = y.shape == want.shape and bool(np.array_equal(y, want))
         out.append((seen, ok, y))
     return out
+
+
+def mismatch_on_rank_1(comm):
+    """Every rank raises MismatchError: rank 1's dim 1 differs."""
+    x = np.zeros((2, 4 + (comm.rank == 1)), dtype=np.float32)
+    return rs.all_to_all(x, split_dim=0, concat_dim=0)
+
+
+def skip_second_collective(comm, sleep_s):
+    """Rank 1 skips the second collective (and idles), so the others wait in it."""
+    x = np.zeros((4, 4), dtype=np.float32)
+    rs.all_gather(x)
+    if comm.rank == 1:
+        time.sleep(sleep_s)
+        return None
+    rs.all_to_all(x, split_dim=0, concat_dim=1)
+    return None
+
+
+def exit_with_message(comm, bad_rank, message):
+    """``bad_rank`` writes ``message`` to stderr and leaves with exit code 3; the others wait."""
+    import sys
+
+    if comm.rank == bad_rank:
+        print(message, file=sys.stderr, flush=True)
+        os._exit(3)
+    comm.barrier()
+    return comm.rank

@@ -85,7 +85,7 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
 
 # The only unpickling: results and payloads between rs.spawn and the rank processes it started
 # itself, over a local pipe or files in its private 0700 directory. Nothing from the network.
-LOCAL_PICKLE = {"local.py", "mpi.py", "mpi_rank.py"}
+LOCAL_PICKLE = {"local.py", "torch_rank.py", "mpi.py", "mpi_rank.py"}
 
 
 def test_no_unpickling_of_network_data():

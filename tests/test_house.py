@@ -14,10 +14,10 @@ MAX_LINES = 500
 
 # Lower layers never import higher ones; a module may import its own layer only where listed.
 LAYERS = [
-    ["errors"],
+    ["errors", "meta"],
     ["layout", "messages"],
     ["plan", "arrays"],
-    ["stats"],
+    ["stats", "activity"],
     ["buffers", "agreement"],
     ["pieces"],
     ["engines.base"],
@@ -28,7 +28,7 @@ LAYERS = [
     ["execute", "autograd"],
     ["ops"],
     ["moe"],
-    ["launch.settings"],
+    ["launch.settings", "launch.report", "launch.payload"],
     ["launch.torch_rank", "launch.mpi_rank", "launch.mpi"],
     ["launch.local"],
     ["launch"],
@@ -42,7 +42,7 @@ LAYERS = [
     ["cli"],
     ["__main__", ""],
 ]
-PURE = {"layout", "plan", "errors", "messages", "stats"}
+PURE = {"layout", "plan", "errors", "messages", "stats", "activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
 

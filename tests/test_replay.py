@@ -142,7 +142,7 @@ def test_rank_that_dies_before_a_replay_stops_the_others(engine):
     assert 1 in info.value.failures
     # A survivor raised (never returned data) or was stopped: by spawn, or on MPI by mpirun,
     # which ends the whole job when a rank exits early.
-    words = ("RankFailed", "CommTimeout", "stopped") + (("died without reporting",) if engine == "mpi" else ())
+    words = ("RankFailed", "CommTimeout", "stopped") + (("ended before reporting",) if engine == "mpi" else ())
     for rank in (0, 2):
         text = info.value.failures.get(rank, "stopped")
         assert any(word in text for word in words), text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import tempfile
+import threading
 import time
 
 import pytest
@@ -59,8 +60,13 @@ def test_hang_past_timeout_is_stopped():
 
 
 def test_unpicklable_fn_is_a_clear_error():
-    with pytest.raises(rs.InvalidArgument, match="module-level"):
-        rs.spawn(lambda comm: 1, 2)
+    lock = threading.Lock()  # cloudpickle cannot carry a lock to another process
+    with pytest.raises(rs.InvalidArgument, match="picklable"):
+        rs.spawn(lambda comm: lock, 2)
+
+
+def test_a_lambda_travels_by_value():
+    assert rs.spawn(lambda comm, k: comm.rank * k, 2, args=(10,)) == [0, 10]
 
 
 def test_unpicklable_result_is_reported():

@@ -10,13 +10,9 @@ from typing import Any
 
 from .errors import CommTimeout, InvalidArgument, MismatchError, RankFailed, ReshardError, UnsupportedDType
 from .layout import Partial, Replicate, Shard, local_shard, parse_placement, shard_sizes
+from .meta import VERSION
 
-try:
-    from importlib.metadata import PackageNotFoundError, version
-
-    __version__ = version("reshard")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = VERSION
 
 _LAZY = {
     "all_to_all": "ops", "all_to_all_v": "ops", "all_gather": "ops", "gather": "ops", "reduce_scatter": "ops",

@@ -79,6 +79,8 @@ class Call:
     def __init__(self, op: str, x: Any, comm: Comm | None, check: bool | None, arg_names: Sequence[str] = ()):
         self.op = op
         self.comm = current(comm)
+        if self.comm.activity is not None:
+            self.comm.activity.enter(op)
         self.check = self.comm.check if check is None else bool(check)
         self.transport = self.comm.transport
         self.arrays = self.transport.arrays
@@ -224,6 +226,8 @@ class Call:
 
     def result(self, out: Array) -> Array:
         set_last(self.stats)
+        if self.comm.activity is not None:
+            self.comm.activity.leave()
         if self.numpy_in and out is not None:
             return out.numpy()
         return out

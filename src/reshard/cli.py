@@ -46,10 +46,10 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .meta import VERSION
 
     parser = argparse.ArgumentParser(prog="reshard", description="AllToAll as a layout exchange, on real ranks.")
-    parser.add_argument("--version", action="version", version=f"reshard {__version__}")
+    parser.add_argument("--version", action="version", version=f"reshard {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the row -> column example (a 6x6 matrix row-sharded over 3 ranks becomes column-sharded) on local ranks and check it")

@@ -38,6 +38,7 @@ class Comm:
         self.check: bool = check
         self.timeout: float = timeout
         self.replay_cache: dict = {}  # call signature -> what its first call worked out (call.py)
+        self.activity: Any = None  # an activity.Activity where rs.spawn watches this rank
 
     @property
     def group(self) -> Any:
@@ -48,7 +49,11 @@ class Comm:
         return getattr(self.transport, "mpi_comm", None)
 
     def barrier(self) -> None:
+        if self.activity is not None:
+            self.activity.enter("barrier")
         self.transport.barrier()
+        if self.activity is not None:
+            self.activity.leave()
 
     def close(self) -> None:
         global _current

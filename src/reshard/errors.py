@@ -42,6 +42,20 @@ class CommTimeout(ReshardError, TimeoutError):
     """A wait for other ranks ran out of time."""
 
 
+_ON_EVERY_RANK: dict[type, type] = {}
+
+
+def on_every_rank(cls: type[ReshardError]) -> type[RankFailed]:
+    """The ``RankFailed`` that ``rs.spawn`` raises when every rank failed with ``cls``: an
+    instance of both, so ``except rs.MismatchError`` around ``rs.spawn`` catches it."""
+    if issubclass(cls, RankFailed):
+        return cls
+    if cls not in _ON_EVERY_RANK:
+        doc = f"{cls.__name__} raised on every rank of a job (also a RankFailed)."
+        _ON_EVERY_RANK[cls] = type(cls.__name__, (RankFailed, cls), {"__doc__": doc, "__module__": __name__})
+    return _ON_EVERY_RANK[cls]
+
+
 # Codes carried in the cross-rank check record, so every rank can raise the class that the
 # offending rank raised without sending anything but integers.
 ERROR_CODES: dict[int, type[ReshardError]] = {

@@ -3,7 +3,10 @@
 Ranks are forked from a fork server that has already imported torch, so a job of several
 ranks starts in well under a second instead of importing torch once per rank. The rendezvous
 is a file store in a private temporary directory (no TCP listener), and gloo is bound to
-loopback. Every rank is reaped and the directory removed, whatever happens.
+loopback. Each rank's stderr comes back through a pipe (passed on as it arrives, and its last
+lines kept for the report if the rank dies); each rank's current collective is readable from a
+small shared file (``reshard.activity``) for the report if it overruns. Every rank is reaped
+and the directory removed, whatever happens.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidArgument, RankFailed
+from .. import activity
+from ..errors import InvalidArgument
 from ..layout import check_int
+from .payload import main_not_imported, pack, unguarded_call_site
+from .report import RankError, job_failed
 from .settings import ENGINES, FAILURE_GRACE_S
+
+STDERR_TAIL_BYTES = 4096  # what the report keeps of a rank's stderr
 
 
 def _context() -> Any:
@@ -30,25 +38,18 @@ def _context() -> Any:
     return ctx
 
 
-def _describe(failures: dict[int, str], stopped: Sequence[int], size: int) -> str:
-    causes = {r: t for r, t in failures.items() if r not in stopped}
-    lines = [f"{len(causes)} of {size} ranks failed: " + ", ".join(f"rank {r}" for r in sorted(causes))]
-    if stopped:
-        lines[0] += f" (stopped afterwards: {', '.join(f'rank {r}' for r in sorted(stopped))})"
-    for r in sorted(causes):
-        lines.append(f"--- rank {r} ---\n{causes[r].rstrip()}")
-    return "\n".join(lines)
-
-
 def spawn(
     fn: Callable[..., Any], world_size: int, engine: str = "gloo", args: Sequence[Any] = (),
     timeout: float = 60.0, check: bool = True,
 ) -> list[Any]:
     """Run ``fn(comm, *args)`` on ``world_size`` local ranks and return the results in rank order.
 
-    ``fn`` must be importable by name (a module-level function). ``timeout`` bounds the whole
-    job and every wait inside it. If any rank raises, dies or overruns, raises ``RankFailed``
-    naming the ranks with their tracebacks; no rank outlives the call.
+    ``fn`` may be defined anywhere: a module, a script (call ``rs.spawn`` under
+    ``if __name__ == "__main__":``), a notebook, the REPL. ``timeout`` bounds the whole job and
+    every wait inside it. If any rank raises, dies or overruns, raises ``RankFailed`` naming the
+    ranks and why (each one's traceback, last error output, or the collective it was waiting
+    in); when every rank raised the same ``ReshardError`` subclass, the exception is also an
+    instance of that subclass. No rank outlives the call.
     """
     size = check_int("world_size", world_size)
     if size < 1:
@@ -57,101 +58,144 @@ def spawn(
         raise InvalidArgument(f"engine must be one of {ENGINES}, got {engine!r}")
     if not callable(fn):
         raise InvalidArgument(f"fn must be callable, got {fn!r}")
-    timeout = float(timeout)
-    bootstrapping = sys.modules.get("reshard.launch.mpi_rank")
-    if bootstrapping is not None and bootstrapping.BOOTSTRAPPING:
+    site = unguarded_call_site()
+    if site is not None:
         raise InvalidArgument(
-            "rs.spawn was called while a rank was importing the main script: protect the call with "
-            "`if __name__ == \"__main__\":`"
+            f"rs.spawn is called at the top level of the script ({site}); put the call under "
+            f"`if __name__ == \"__main__\":` so that importing the script does not start a job"
         )
-    try:
-        pickle.dumps(fn)
-    except Exception as exc:
-        raise InvalidArgument(
-            f"fn must be importable by name in the rank processes (a module-level function), "
-            f"but {fn!r} cannot be pickled: {exc}"
-        ) from None
+    timeout = float(timeout)
+    payload = pack(fn, tuple(args))
     if engine == "mpi":
         from .mpi import spawn_mpi
 
-        return spawn_mpi(fn, size, tuple(args), timeout, check)
+        return spawn_mpi(payload, size, timeout, check)
+    return _spawn_torch(payload, size, engine, timeout, check)
+
+
+def _spawn_torch(payload: bytes, size: int, engine: str, timeout: float, check: bool) -> list[Any]:
     from . import torch_rank
 
     ctx = _context()
     tmp = tempfile.mkdtemp(prefix="reshard-spawn-")
     procs: list[Any] = []
     conns: list[Any] = []
-    results: dict[int, Any] = {}
-    failures: dict[int, str] = {}
-    stopped: list[int] = []
+    errs: list[Any] = []
+    job = _Job(size)
     try:
         env = dict(os.environ)
-        for rank in range(size):
-            recv_end, send_end = ctx.Pipe(duplex=False)
-            proc = ctx.Process(
-                target=torch_rank.run, name=f"reshard-rank-{rank}", daemon=True,
-                args=(fn, tuple(args), rank, size, engine, os.path.join(tmp, "store"), timeout, check, env, send_end),
-            )
-            proc.start()
-            send_end.close()
-            procs.append(proc)
-            conns.append(recv_end)
-        _collect(procs, conns, results, failures, stopped, time.monotonic() + timeout, timeout)
+        with main_not_imported():
+            for rank in range(size):
+                recv_end, send_end = ctx.Pipe(duplex=False)
+                err_end, err_send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(
+                    target=torch_rank.run, name=f"reshard-rank-{rank}", daemon=True,
+                    args=(payload, rank, size, engine, tmp, timeout, check, env, send_end, err_send),
+                )
+                proc.start()
+                send_end.close()
+                err_send.close()
+                procs.append(proc)
+                conns.append(recv_end)
+                errs.append(err_end)
+        job.collect(procs, conns, errs, time.monotonic() + timeout, timeout, tmp)
     except BaseException:  # Ctrl-C included: stop every rank before letting it through
         _stop(procs)
         raise
     finally:
         _stop(procs)
-        for c in conns:
+        for c in conns + errs:
             c.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        raise RankFailed(_describe(failures, stopped, size), failures)
-    return [results[r] for r in range(size)]
+    if job.failures:
+        raise job_failed(size, job.failures, job.stopped, job.raised, job.seen)
+    return [job.results[r] for r in range(size)]
 
 
-def _collect(
-    procs: list[Any], conns: list[Any], results: dict[int, Any], failures: dict[int, str],
-    stopped: list[int], deadline: float, timeout: float,
-) -> None:
-    pending = set(range(len(procs)))
-    first_failure: float | None = None
-    while pending:
-        until = deadline if first_failure is None else min(deadline, first_failure + FAILURE_GRACE_S)
-        waitables = {conns[r]: r for r in pending} | {procs[r].sentinel: r for r in pending}
-        ready = mp.connection.wait(list(waitables), timeout=max(0.0, until - time.monotonic()))
-        if not ready:
-            break
-        for obj in ready:
-            rank = waitables[obj]
-            if rank not in pending:
-                continue
-            conn = conns[rank]
-            if obj is conn or conn.poll():
-                try:
-                    msg = pickle.loads(conn.recv_bytes())  # from our own child, over a local pipe
-                except (EOFError, OSError):
-                    msg = None
-            else:
+class _Job:
+    """What the ranks of one job have reported so far."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.results: dict[int, Any] = {}
+        self.failures: dict[int, str] = {}
+        self.raised: dict[int, RankError] = {}
+        self.stopped: list[int] = []
+        self.stderr: dict[int, bytes] = {r: b"" for r in range(size)}
+        self.seen: dict[int, activity.Seen | None] = {}
+
+    def collect(self, procs: list[Any], conns: list[Any], errs: list[Any], deadline: float, timeout: float,
+                tmp: str) -> None:
+        pending = set(range(len(procs)))
+        open_errs = {errs[r]: r for r in range(len(procs))}
+        first_failure: float | None = None
+        while pending:
+            until = deadline if first_failure is None else min(deadline, first_failure + FAILURE_GRACE_S)
+            waitables = {conns[r]: r for r in pending} | {procs[r].sentinel: r for r in pending} | open_errs
+            ready = mp.connection.wait(list(waitables), timeout=max(0.0, until - time.monotonic()))
+            if not ready:
+                break
+            for obj in ready:
+                if obj in open_errs:
+                    self._pass_on(obj, open_errs)
+                    continue
+                rank = waitables[obj]
+                if rank not in pending:
+                    continue
+                conn = conns[rank]
                 msg = None
-            if msg is None:
-                procs[rank].join(5)
-                code = procs[rank].exitcode
-                how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-                failures[rank] = f"rank {rank} died without reporting ({how})"
-            elif msg[0] == "ok":
-                results[rank] = msg[1]
+                if obj is conn or conn.poll():
+                    try:
+                        msg = pickle.loads(conn.recv_bytes())  # from our own child, over a local pipe
+                    except (EOFError, OSError):
+                        msg = None
+                if msg is None:
+                    procs[rank].join(5)
+                    self._drain(errs[rank], open_errs)
+                    self.failures[rank] = self._death(rank, procs[rank].exitcode)
+                elif msg[0] == "ok":
+                    self.results[rank] = msg[1]
+                else:
+                    self.raised[rank] = msg[1]
+                    self.failures[rank] = msg[1].text
+                pending.discard(rank)
+                if rank in self.failures and first_failure is None:
+                    first_failure = time.monotonic()
+        for err in list(open_errs):
+            self._drain(err, open_errs)
+        self.seen = {r: activity.read(os.path.join(tmp, f"activity-{r}")) for r in range(self.size)}
+        for rank in sorted(pending):
+            seen = self.seen[rank]
+            where = f"; {seen.describe()}" if seen else ""
+            if first_failure is not None:
+                self.failures[rank] = f"rank {rank} was still running {FAILURE_GRACE_S:g} s after another rank failed{where}; stopped"
+                self.stopped.append(rank)
             else:
-                failures[rank] = msg[2]
-            pending.discard(rank)
-            if rank in failures and first_failure is None:
-                first_failure = time.monotonic()
-    for rank in sorted(pending):
-        if first_failure is not None:
-            failures[rank] = f"rank {rank} was still running {FAILURE_GRACE_S:g} s after another rank failed; stopped"
-            stopped.append(rank)
-        else:
-            failures[rank] = f"rank {rank} did not finish within the timeout of {timeout:g} s; stopped"
+                self.failures[rank] = f"rank {rank} did not finish within the timeout of {timeout:g} s{where}; stopped"
+
+    def _pass_on(self, err: Any, open_errs: dict[Any, int]) -> None:
+        """Forward what a rank wrote to stderr, and keep its tail for the report."""
+        rank = open_errs[err]
+        try:
+            data = os.read(err.fileno(), 65536)
+        except OSError:
+            data = b""
+        if not data:
+            del open_errs[err]
+            return
+        sys.stderr.write(data.decode(errors="replace"))
+        sys.stderr.flush()
+        self.stderr[rank] = (self.stderr[rank] + data)[-STDERR_TAIL_BYTES:]
+
+    def _drain(self, err: Any, open_errs: dict[Any, int]) -> None:
+        while err in open_errs and err.poll(0):
+            self._pass_on(err, open_errs)
+
+    def _death(self, rank: int, code: int | None) -> str:
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended with exit code {code}"
+        tail = self.stderr[rank].decode(errors="replace").strip().splitlines()[-15:]
+        said = ("; the last lines it wrote to stderr:\n" + "\n".join(tail)) if tail else "; it wrote nothing to stderr"
+        return f"rank {rank} {how} before reporting a result{said}"
 
 
 def _stop(procs: list[Any]) -> None:

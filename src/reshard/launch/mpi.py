@@ -12,15 +12,17 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidArgument, RankFailed
+from .. import activity
+from ..errors import InvalidArgument
+from .report import RankError, job_failed
 from .settings import MALLOC_KEEP
 
 RESULT = "result-{rank}.pkl"
@@ -62,16 +64,14 @@ def launcher_command(size: int) -> list[str]:
     return cmd
 
 
-def spawn_mpi(fn: Callable[..., Any], size: int, args: tuple, timeout: float, check: bool) -> list[Any]:
+def spawn_mpi(payload: bytes, size: int, timeout: float, check: bool) -> list[Any]:
+    """Run the packed ``(fn, args)`` on ``size`` ranks under the installed MPI launcher."""
     tmp = tempfile.mkdtemp(prefix="reshard-mpi-")
     proc: subprocess.Popen | None = None
     try:
         with open(os.path.join(tmp, PAYLOAD), "wb") as f:
-            # Only a function defined in the parent's script needs that script in the ranks.
-            main_path = getattr(sys.modules.get("__main__"), "__file__", None) if fn.__module__ == "__main__" else None
-            head = {"check": check, "timeout": timeout, "sys_path": sys.path, "main_path": main_path}
-            pickle.dump(head, f)  # first, so the rank can set up imports before loading fn
-            pickle.dump({"fn": fn, "args": args}, f)
+            pickle.dump({"check": check, "timeout": timeout, "sys_path": sys.path}, f)  # first: the imports
+            f.write(payload)
         cmd = launcher_command(size) + [sys.executable, "-m", "reshard.launch.mpi_rank", tmp]
         env = dict(os.environ, RESHARD_TIMEOUT=str(timeout))
         # Each rank's share of the cores for OpenMP (torch, numpy's BLAS), as torchrun does.
@@ -92,13 +92,19 @@ def spawn_mpi(fn: Callable[..., Any], size: int, args: tuple, timeout: float, ch
         except BaseException:
             _kill_group(proc)
             raise
-        results, failures = _read_results(tmp, size)
+        results, failures, raised = _read_results(tmp, size)
+        seen = {r: activity.read(os.path.join(tmp, f"activity-{r}")) for r in range(size)}
+        rank_stderr = {r: _read_text(os.path.join(tmp, f"stderr-{r}")) for r in range(size)}
     finally:
         if proc is not None and proc.poll() is None:
             _kill_group(proc)
         shutil.rmtree(tmp, ignore_errors=True)
+    for text in [*rank_stderr.values(), stderr]:  # what the ranks and the launcher wrote there, passed on
+        if text:
+            sys.stderr.write(text)
     if failures or len(results) < size:
-        return _raise_failed(results, failures, size, timed_out, timeout, proc.returncode, stderr)
+        return _raise_failed(results, failures, raised, size, timed_out, timeout, proc.returncode, stderr, seen,
+                             rank_stderr)
     return [results[r] for r in range(size)]
 
 
@@ -115,9 +121,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def _read_results(tmp: str, size: int) -> tuple[dict[int, Any], dict[int, str]]:
+def _read_results(tmp: str, size: int) -> tuple[dict[int, Any], dict[int, str], dict[int, RankError]]:
     results: dict[int, Any] = {}
     failures: dict[int, str] = {}
+    raised: dict[int, RankError] = {}
     for rank in range(size):
         path = os.path.join(tmp, RESULT.format(rank=rank))
         if not os.path.exists(path):
@@ -127,31 +134,39 @@ def _read_results(tmp: str, size: int) -> tuple[dict[int, Any], dict[int, str]]:
         if status == "ok":
             results[rank] = value
         else:
-            failures[rank] = value
-    return results, failures
+            raised[rank] = value
+            failures[rank] = value.text
+    return results, failures, raised
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def _raise_failed(
-    results: dict[int, Any], failures: dict[int, str], size: int, timed_out: bool, timeout: float,
-    code: int | None, stderr: str,
+    results: dict[int, Any], failures: dict[int, str], raised: dict[int, RankError], size: int, timed_out: bool,
+    timeout: float, code: int | None, stderr: str, seen: dict[int, Any], rank_stderr: dict[int, str],
 ) -> list[Any]:
-    causes = dict(failures)
     silent = [r for r in range(size) if r not in results and r not in failures]
-    if timed_out and not failures:
-        for r in silent:
-            causes[r] = f"rank {r} did not finish within the timeout of {timeout:g} s; stopped"
-        silent = []
-    if not causes:  # nobody reported: a rank died outright (killed, os._exit, segfault)
-        tail = "\n".join((stderr or "").strip().splitlines()[-15:])
-        for r in silent:
-            causes[r] = f"rank {r} died without reporting (launcher exit code {code})\n{tail}"
-        silent = []
-    head = f"{len(causes)} of {size} ranks failed: " + ", ".join(f"rank {r}" for r in sorted(causes))
-    if silent:
-        head += " (stopped afterwards: " + ", ".join(f"rank {r}" for r in silent) + ")"
-        for r in silent:
-            failures.setdefault(r, f"rank {r} was stopped after another rank failed")
-    for r, text in causes.items():
-        failures.setdefault(r, text)
-    body = "\n".join(f"--- rank {r} ---\n{causes[r].rstrip()}" for r in sorted(causes))
-    raise RankFailed(f"{head}\n{body}", failures)
+    # Open MPI names the first rank that ended badly: "Process name: [prterun-...@1,RANK]"
+    first = re.search(r"Process name:\s*\[[^\]]*@\d+,(\d+)\]", stderr or "")
+    culprit = int(first.group(1)) if first and int(first.group(1)) in silent else None
+    stopped: list[int] = []
+    nobody_reported = not failures
+    for r in silent:
+        where = f"; {seen[r].describe()}" if seen.get(r) else ""
+        tail = rank_stderr.get(r, "").strip().splitlines()[-15:]
+        said = ("; the last lines it wrote to stderr:\n" + "\n".join(tail)) if tail else "; it wrote nothing to stderr"
+        if timed_out and nobody_reported:
+            failures[r] = f"rank {r} did not finish within the timeout of {timeout:g} s{where}; stopped"
+        elif nobody_reported and (culprit is None or r == culprit):  # it ended outright (os._exit, a signal)
+            failures[r] = f"rank {r} ended before reporting a result (launcher exit code {code}){where}{said}"
+        else:
+            cause = "another rank failed" if culprit is None or r == culprit else f"rank {culprit} ended"
+            failures[r] = f"rank {r} was stopped after {cause}{where}"
+            stopped.append(r)
+    raise job_failed(size, failures, stopped, raised, seen)

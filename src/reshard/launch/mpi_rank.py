@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import pickle
 import signal
 import sys
-import traceback
-
-# True while the parent's script is being imported here: a script that calls rs.spawn at its
-# top level, without ``if __name__ == "__main__":``, would otherwise start jobs recursively.
-BOOTSTRAPPING = False
+import time
 
 
 def _die_with_parent() -> None:
@@ -23,44 +20,40 @@ def _die_with_parent() -> None:
 
 
 def _write(tmp: str, rank: int, status: str, value: object) -> str:
+    from .report import encode
+
     final = os.path.join(tmp, f"result-{rank}.pkl")
+    status, data = encode(status, value, rank)
     with open(final + ".part", "wb") as f:
-        try:
-            pickle.dump((status, value), f)
-        except Exception as exc:  # e.g. a return value that cannot be pickled
-            f.seek(0)
-            f.truncate()
-            pickle.dump(("error", f"rank {rank}: could not send its return value back: {exc}"), f)
-            status = "error"
+        f.write(data)
     os.replace(final + ".part", final)
     return status
 
 
-def _load_main(path: str | None) -> None:
-    """Make the parent's script importable as ``__main__`` (functions defined in it pickle by
-    that name), the way multiprocessing does: run it under the name ``__mp_main__``."""
-    if not path:
-        return
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("__mp_main__", path)
-    if spec is None or spec.loader is None:
-        return
-    global BOOTSTRAPPING
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["__mp_main__"] = module
-    BOOTSTRAPPING = True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        BOOTSTRAPPING = False
-    sys.modules["__main__"] = module
+def _all_failed(world: object, seconds: float = 3.0) -> bool:
+    """Whether every rank reaches this point (all failed) within ``seconds``: then each exits on
+    its own and reports; else the peers still in a collective are stopped with MPI_Abort."""
+    req = world.Ibarrier()
+    deadline = time.monotonic() + seconds
+    while not req.Test():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def main(tmp: str) -> None:
     _die_with_parent()
+    rank_env = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK") or os.environ.get("PMI_RANK")
+    if rank_env is not None:  # this rank's stderr into its own file, which rs.spawn reads back
+        fd = os.open(os.path.join(tmp, f"stderr-{rank_env}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
     sys.modules.setdefault("reshard.launch.mpi_rank", sys.modules[__name__])  # run as -m: make it findable
+    faulthandler.enable()
     from mpi4py import MPI
+
+    from .report import rank_error
 
     rank = MPI.COMM_WORLD.Get_rank()
     try:
@@ -69,26 +62,29 @@ def main(tmp: str) -> None:
             for entry in reversed(head["sys_path"]):
                 if entry not in sys.path:
                     sys.path.insert(0, entry)
-            _load_main(head["main_path"])
-            payload = pickle.load(f)
+            fn, args = pickle.load(f)
     except BaseException as exc:
-        _write(tmp, rank, "error", f"{type(exc).__name__} on rank {rank} while loading fn\n{traceback.format_exc()}")
+        _write(tmp, rank, "error", rank_error(exc, rank, " while loading fn"))
         MPI.COMM_WORLD.Abort(1)
 
     from .. import comm as comm_mod
+    from ..activity import Activity
     from ..engines.mpi_engine import init_mpi
 
     os.environ["RESHARD_RANK"] = str(rank)
     comm = None
     try:
         comm = comm_mod.Comm(init_mpi(head["timeout"]), check=head["check"], timeout=head["timeout"])
+        comm.activity = Activity(os.path.join(tmp, f"activity-{rank}"))
         comm_mod.set_current(comm)
-        status = _write(tmp, rank, "ok", payload["fn"](comm, *payload["args"]))
+        status = _write(tmp, rank, "ok", fn(comm, *args))
     except BaseException as exc:
-        status = _write(tmp, rank, "error", f"{type(exc).__name__} on rank {rank}\n{traceback.format_exc()}")
+        status = _write(tmp, rank, "error", rank_error(exc, rank))
     if status != "ok":
         sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)  # peers stop now rather than wait out their timeout
+        if not _all_failed(MPI.COMM_WORLD):
+            MPI.COMM_WORLD.Abort(1)  # peers stop now rather than wait out their timeout
+        sys.exit(0)  # every rank failed and reported: nothing for the launcher to add
     comm.close()
 
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import pickle
 import signal
 import sys
-import traceback
-from collections.abc import Callable
 from typing import Any
 
 import torch  # noqa: F401  (preloaded in the fork server so every rank starts without importing it)
 import torch.distributed  # noqa: F401
 
+from .report import encode, rank_error
 from .settings import KEEP_FREED_BYTES, TOP_PAD_BYTES
 
 
@@ -44,10 +44,13 @@ def _die_with_parent() -> None:
 
 
 def run(
-    fn: Callable[..., Any], args: tuple, rank: int, size: int, engine: str, store_path: str,
-    timeout: float, check: bool, env: dict[str, str], conn: Any,
+    payload: bytes, rank: int, size: int, engine: str, tmp: str, timeout: float, check: bool,
+    env: dict[str, str], conn: Any, err_conn: Any,
 ) -> None:
     _die_with_parent()
+    os.dup2(err_conn.fileno(), 2)  # this rank's stderr goes back to rs.spawn
+    err_conn.close()
+    faulthandler.enable()  # a crash leaves its traceback there too
     os.environ.clear()
     os.environ.update(env)
     # Bind gloo to loopback: local ranks must never listen on a network interface.
@@ -60,28 +63,27 @@ def run(
         torch.set_num_threads(threads_per_rank(size))
     keep_freed_memory()
     from .. import comm as comm_mod
+    from ..activity import Activity
     from ..engines.torch_engine import init_torch
 
     comm = None
     ok = False
     try:
+        fn, args = pickle.loads(payload)  # from rs.spawn in our parent, through the fork server
         import torch.distributed as dist
 
-        store = dist.FileStore(store_path, size)
+        store = dist.FileStore(os.path.join(tmp, "store"), size)
         transport = init_torch("nccl" if engine == "nccl" else "gloo", rank, size, timeout, store=store)
         comm = comm_mod.Comm(transport, check=check, timeout=timeout)
+        comm.activity = Activity(os.path.join(tmp, f"activity-{rank}"))
         comm_mod.set_current(comm)
-        payload: tuple = ("ok", fn(comm, *args))
+        _, data = encode("ok", fn(comm, *args), rank)
         ok = True
     except BaseException as exc:  # everything goes back to the parent, with its traceback
-        payload = ("error", type(exc).__name__, traceback.format_exc())
-    try:
-        # Plain pickle, by value: multiprocessing's own pickler would hand tensors over as
-        # shared-memory file descriptors, which vanish when this rank exits before the parent
-        # has picked them up (seen as "died without reporting").
-        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:  # e.g. a return value that cannot be pickled
-        data = pickle.dumps(("error", type(exc).__name__, f"rank {rank}: could not send its return value back: {exc}"))
+        _, data = encode("error", rank_error(exc, rank), rank)
+    # Plain pickle, by value: multiprocessing's own pickler would hand tensors over as
+    # shared-memory file descriptors, which vanish when this rank exits before the parent
+    # has picked them up.
     try:
         conn.send_bytes(data)
     finally:
