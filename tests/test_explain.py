@@ -32,6 +32,8 @@ def test_measured_facts_match_the_row_to_column_example():
     assert f["all_gather"]["full_tensor_on_every_rank"] is True and f["all_gather"]["sums_values"] is False
     assert f["gather"]["result_shape_per_rank"] == [[6, 6], None, None]
     assert f["reduce_scatter"]["sums_values"] is True and f["all_reduce"]["sums_values"] is True
+    # the reduce collectives start from Partial inputs: AllReduce leaves the whole sum everywhere
+    assert f["all_reduce"]["full_tensor_on_every_rank"] is True and f["all_reduce"]["result_shape_per_rank"] == [[6, 6]] * 3
     # a byte counts as sent only when it leaves its rank: 2 of 3 blocks of [2 x 2] float64
     assert f["all_to_all"]["bytes_sent_per_rank"] == make_plan((6, 6), "row", "col", 3, "float64").bytes_sent_per_rank == [64] * 3
     assert f["gather"]["bytes_sent_per_rank"] == [0, 96, 96]
@@ -53,7 +55,11 @@ def test_answers_follow_the_facts():
 def test_uneven_shape_and_other_world_size():
     f = facts(4, "7x5")
     assert f["all_to_all"]["result_shape_per_rank"] == [[7, 2], [7, 1], [7, 1], [7, 1]]
-    assert "error" in f["reduce_scatter"]  # row blocks of different heights cannot be summed
+    # ReduceScatter starts from full-size partial sums, so uneven rows are no obstacle: each rank
+    # gets its columns of the sum
+    assert f["reduce_scatter"]["result_shape_per_rank"] == [[7, 2], [7, 1], [7, 1], [7, 1]]
+    assert f["reduce_scatter"]["sums_values"] is True
+    assert f["all_reduce"]["full_tensor_on_every_rank"] is True
 
 
 def test_text_in_english_and_korean():

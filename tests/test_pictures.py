@@ -1,4 +1,5 @@
-"""The pictures: a PNG via matplotlib, and an HTML page checked in headless Chromium."""
+"""The pictures: what each scene holds (pure), the PNG's colours, and the HTML page played,
+stepped and shown at its final frame in headless Chromium."""
 
 from __future__ import annotations
 
@@ -9,53 +10,134 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from reshard.layout import Shard
+from reshard.layout import Partial, Shard
 from reshard.viz import pictures as viz
+from reshard.viz.blocks import blocks
+from reshard.viz.scenes import FIVE, change_scene, collective_scene
 from test_cli import reshard_cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian package chromium)")
 
 
 def _rgb(hex_colour: str) -> np.ndarray:
     return np.array([int(hex_colour[k : k + 2], 16) for k in (1, 3, 5)])
 
 
-def test_png_shows_every_rank_colour(tmp_path):
-    out = tmp_path / "row_to_column.png"
-    run = reshard_cli("demo", "--png", str(out))
+@pytest.mark.parametrize("n,shape", [(3, (6, 6)), (4, (7, 5)), (2, (2, 3))])
+def test_scenes_keep_where_each_block_came_from(n, shape):
+    scenes = {name: collective_scene(name, shape, n) for name in FIVE}
+    a2a = scenes["all_to_all"]
+    assert {(c.i, c.j, c.colour_rank) for r in a2a.after for c in a2a.after[r] if c.j == r} == {
+        (c.i, c.j, c.i) for r in a2a.after for c in a2a.after[r]}  # rank j holds column j, each block in its source's colour
+    assert all(m.dst == m.j and m.src == m.i and m.i != m.j for m in a2a.moves)
+    gather = scenes["gather"]
+    assert set(gather.after) == {0} and len(gather.after[0]) == sum(len(v) for v in gather.before.values())
+    for name in ("reduce_scatter", "all_reduce"):  # Partial inputs: every rank holds every block, partially
+        s = scenes[name]
+        assert all(c.style == "partial" for r in s.before for c in s.before[r])
+        assert all(c.style == "sum" and c.sources == tuple(range(n)) for r in s.after for c in s.after[r])
+    cells = {name: sum(len(v) for v in s.after.values()) for name, s in scenes.items()}
+    blocks = sum(len(v) for v in scenes["all_to_all"].before.values())
+    assert cells == {"gather": blocks, "all_gather": n * blocks, "reduce_scatter": blocks, "all_to_all": blocks,
+                     "all_reduce": n * blocks}
+
+
+def test_a_layout_change_scene_colours_by_source():
+    s = change_scene((6, 6), 3, Shard(0), Shard(1), "t")
+    assert all(c.colour_rank == c.i for r in s.after for c in s.after[r])
+    p = change_scene((6, 6), 3, Partial(), Shard(0), "t")
+    assert all(c.style == "sum" for r in p.after for c in p.after[r]) and len(p.moves) == 2 * 3 * 3
+
+
+def test_explain_png_shows_every_rank_colour_and_the_file_is_named(tmp_path):
+    out = tmp_path / "five.png"
+    run = reshard_cli("explain", "--png", str(out))
     assert run.returncode == 0, run.stderr
+    assert f"wrote {out} (PNG picture" in run.stdout
     pixels = (imread(out)[..., :3] * 255).round().astype(int).reshape(-1, 3)
     for r in range(3):
-        assert (np.abs(pixels - _rgb(viz.rank_colour(r))).sum(axis=1) < 6).sum() > 500, f"rank {r}'s colour is missing"
+        assert (np.abs(pixels - _rgb(viz.rank_colour(r))).sum(axis=1) < 6).sum() > 2000, f"rank {r}'s colour is missing"
 
 
 def test_html_is_self_contained(tmp_path):
-    out = tmp_path / "row_to_column.html"
-    assert reshard_cli("demo", "--html", str(out)).returncode == 0
-    text = out.read_text()
-    assert "http://" not in text and "https://" not in text and "<link" not in text and " src=" not in text
+    for command in ("demo", "explain"):
+        out = tmp_path / f"{command}.html"
+        run = reshard_cli(command, "--html", str(out))
+        assert run.returncode == 0 and f"wrote {out} (HTML page" in run.stdout
+        text = out.read_text()
+        assert "http://" not in text and "https://" not in text and "<link" not in text and " src=" not in text
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian package chromium)")
-@pytest.mark.parametrize("ranks,shape", [(3, (6, 6)), (4, (7, 5))])
-def test_html_animation_ends_in_the_final_layout(tmp_path, ranks, shape):
-    page = tmp_path / "row_to_column.html"
-    viz.write_html(str(page), shape, ranks, Shard(0), Shard(1), "test")
-    shot = tmp_path / "shot.png"
-    width, height = viz.page_size(ranks)
+def _shoot(url: str, shot, tmp_path, width: int, height: int, files: bool = False) -> np.ndarray:
     subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         *(["--allow-file-access-from-files"] if files else []),
          f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--force-device-scale-factor=1",
-         f"--window-size={width},{height}", "--virtual-time-budget=8000", f"--screenshot={shot}", page.as_uri()],
+         f"--window-size={width},{height}", "--virtual-time-budget=8000", f"--screenshot={shot}", url],
         check=True, capture_output=True, timeout=120,
     )
-    pixels = (imread(shot)[..., :3] * 255).round().astype(int)
-    for i, j in viz.blocks(shape, ranks):
-        x, y = viz.position(ranks, j, i, j)  # after Shard(1): block (i, j) sits in rank j's box
-        got = pixels[y + 6, x + 6]
-        assert np.abs(got - _rgb(viz.rank_colour(j))).sum() < 30, (i, j, got)
-        # ... and no longer in its source rank's box (unless source and destination agree)
-        if i != j:
-            x0, y0 = viz.position(ranks, i, i, j)
-            assert np.abs(pixels[y0 + 6, x0 + 6] - _rgb(viz.rank_colour(i))).sum() > 30
+    return (imread(shot)[..., :3] * 255).round().astype(int)
+
+
+def _colour_at(pixels: np.ndarray, n: int, rank: int, i: int, j: int, dx: int = 4, dy: int = 4) -> np.ndarray:
+    x, y = viz.position(n, rank, i, j)
+    return pixels[y + dy, x + dx]
+
+
+@needs_chromium
+@pytest.mark.parametrize("ranks,shape", [(3, (6, 6)), (4, (7, 5))])
+def test_demo_page_plays_to_the_final_layout(tmp_path, ranks, shape):
+    page = tmp_path / "demo.html"
+    viz.write_html(str(page), [change_scene(shape, ranks, Shard(0), Shard(1), "t")], "test")
+    width, height = viz.page_size(ranks)
+    pixels = _shoot(page.as_uri(), tmp_path / "shot.png", tmp_path, width, height)
+    for i, j in blocks(shape, ranks):
+        # after Shard(1): block (i, j) sits in rank j's box, still in rank i's colour
+        assert np.abs(_colour_at(pixels, ranks, j, i, j) - _rgb(viz.rank_colour(i))).sum() < 40, (i, j)
+        if i != j:  # ... and no longer in its source rank's box
+            assert np.abs(_colour_at(pixels, ranks, i, i, j) - _rgb(viz.rank_colour(i))).sum() > 40, (i, j)
+
+
+@needs_chromium
+def test_explain_page_final_views(tmp_path):
+    page = tmp_path / "explain.html"
+    n = 3
+    viz.write_html(str(page), [collective_scene(name, (6, 6), n) for name in FIVE], "test")
+    width, height = viz.page_size(n)
+    a2a = _shoot(page.as_uri() + "#all_to_all/final", tmp_path / "a.png", tmp_path, width, height)
+    for i in range(n):
+        for j in range(n):
+            assert np.abs(_colour_at(a2a, n, j, i, j) - _rgb(viz.rank_colour(i))).sum() < 40, (i, j)
+    rs = _shoot(page.as_uri() + "#reduce_scatter/final", tmp_path / "r.png", tmp_path, width, height)
+    for r in range(n):  # a summed block shows every rank's colour, in stripes
+        x, y = viz.position(n, r, 0, r)
+        stripe = viz.CELL // n
+        seen = [rs[y + 3, x + k * stripe + 3] for k in range(n)]
+        for k in range(n):
+            assert np.abs(seen[k] - _rgb(viz.rank_colour(k))).sum() < 40, (r, k, seen)
+
+
+@needs_chromium
+def test_keys_step_to_the_next_collective_and_play_it(tmp_path):
+    """ArrowRight selects the next collective; space plays it to its final frame."""
+    n = 3
+    page = tmp_path / "explain.html"
+    viz.write_html(str(page), [collective_scene(name, (6, 6), n) for name in FIVE], "test")
+    width, height = viz.page_size(n)
+    driver = tmp_path / "keys.html"
+    driver.write_text(f"""<!doctype html><html><body style="margin:0">
+<iframe id="f" src="{page.name}#gather/final" style="border:0;width:{width}px;height:{height}px"></iframe>
+<script>
+const f = document.getElementById("f");
+f.onload = () => {{
+  const key = k => f.contentDocument.dispatchEvent(new KeyboardEvent("keydown", {{key: k}}));
+  setTimeout(() => {{ key("ArrowRight"); key(" "); }}, 300);
+}};
+</script></body></html>""")
+    pixels = _shoot(driver.as_uri(), tmp_path / "k.png", tmp_path, width, height, files=True)
+    # AllGather's final frame: every rank's box holds every block, each in its source rank's colour
+    for r in range(n):
+        for i in range(n):
+            assert np.abs(_colour_at(pixels, n, r, i, (i + 1) % n) - _rgb(viz.rank_colour(i))).sum() < 40, (r, i)

@@ -104,10 +104,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _console(no_color: bool = False):
+def _console(no_color: bool = False, stderr: bool = False):
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, no_color=no_color or None)
+    console = Console(highlight=False, soft_wrap=False, no_color=no_color or None, stderr=stderr)
+    if not console.is_terminal:
+        console.width = max(console.width, 200)  # a pipe or a log: keep every table whole
+    return console
+
+
+# Optional libraries a flag needs, and the extra that installs each: checked before any work.
+NEEDS = {"png": ("matplotlib", "plot"), "engine=mpi": ("mpi4py", "mpi")}
+
+
+def _missing_extra(args: argparse.Namespace) -> str | None:
+    """One line naming what to install, when a flag needs a library that is not importable."""
+    import importlib
+
+    wanted = []
+    if getattr(args, "png", None):
+        wanted.append(("--png", *NEEDS["png"]))
+    if getattr(args, "engine", None) == "mpi":
+        wanted.append(("--engine mpi", *NEEDS["engine=mpi"]))
+    for flag, module, extra in wanted:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            return f"reshard: {flag} needs {module}, which is not installed: pip install 'reshard[{extra}]'"
+    return None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -124,19 +148,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     src = Shard(args.src.dim % 2) if isinstance(args.src, Shard) else args.src
     dst = Shard(args.dst.dim % 2) if isinstance(args.dst, Shard) else args.dst
     status = run_demo(args.ranks, args.shape, src, dst, args.dtype, args.engine, args.lang, console, args.timeout)
-    _pictures(args, src, dst)
+    from .viz.scenes import change_scene
+
+    title = f"A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks: {src!r} -> {dst!r}"
+    _pictures(args, [change_scene(args.shape, args.ranks, src, dst, "redistribute")], title, console)
     return status
 
 
-def _pictures(args: argparse.Namespace, src, dst, extra_panels=()) -> None:
+def _pictures(args: argparse.Namespace, scenes: list, title: str, console) -> None:
+    """Write the PNG and HTML pictures asked for, and say where."""
     from .viz import pictures
 
-    title = f"A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks: {src!r} -> {dst!r}"
     if args.png:
-        panels = [("before: " + pictures.placement_caption(src), src), ("after: " + pictures.placement_caption(dst), dst), *extra_panels]
-        pictures.draw_png(args.png, args.shape, args.ranks, panels, title)
+        pictures.draw_png(args.png, scenes, title)
+        console.print(say("cli.wrote", args.lang, path=args.png, what=say("cli.png", args.lang)))
     if args.html:
-        pictures.write_html(args.html, args.shape, args.ranks, src, dst, title)
+        pictures.write_html(args.html, scenes, title)
+        console.print(say("cli.wrote", args.lang, path=args.html, what=say("cli.html", args.lang)))
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -147,15 +175,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(say("cli.error", args.lang, error="explain works on a matrix: --shape needs two sizes"), file=sys.stderr)
         return 2
     facts = run_explain(args.ranks, args.shape, args.engine, args.timeout)
-    from .layout import Replicate
+    from .viz.scenes import FIVE, collective_scene
 
-    _pictures(args, Shard(0), Shard(1), [("after AllGather: every rank holds every block", Replicate())])
+    console = _console(args.no_color)
     if args.json:
         collectives = facts.pop("collectives")
         facts = {**facts, **collectives}
         print(json.dumps(facts, indent=2, ensure_ascii=False))
     else:
-        render_explain(_console(args.no_color), facts, args.lang)
+        render_explain(console, facts, args.lang)
+    title = f"Five collectives on A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks"
+    scenes = [collective_scene(name, args.shape, args.ranks) for name in FIVE]
+    _pictures(args, scenes, title, console if not args.json else _console(True, stderr=True))
     return 0
 
 
@@ -206,6 +237,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    missing = _missing_extra(args)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 2
     try:
         return {"demo": cmd_demo, "plan": cmd_plan, "explain": cmd_explain, "bench": cmd_bench}[args.command](args)
     except ReshardError as exc:

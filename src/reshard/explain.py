@@ -1,5 +1,7 @@
-"""``reshard explain``: Gather, AllGather, ReduceScatter, AllToAll and AllReduce run on the same
-row-sharded matrix on real local ranks; every fact shown is measured from what came back.
+"""``reshard explain``: Gather, AllGather, ReduceScatter, AllToAll and AllReduce run on real
+local ranks; every fact shown is measured from what came back. The movement collectives start
+from the row-sharded matrix A; the reduce collectives from Partial inputs, as gradients are:
+every rank holds a full-size partial sum ``A + r * K``, and the tensor they stand for is the sum.
 
 Values are ``A[i, j] = i * cols + j + K`` with ``K = rows * cols + 1``: every element is unique
 and any sum of two or more elements is larger than every single element, so "was this value
@@ -23,18 +25,26 @@ def base_matrix(shape: tuple[int, int]) -> np.ndarray:
     return np.arange(rows * cols, dtype=np.float64).reshape(rows, cols) + rows * cols + 1
 
 
-def explain_rank(comm: Any, shape: tuple[int, int]) -> tuple[np.ndarray, dict[str, dict]]:
-    """One rank: run every collective on its row block; report outputs, bytes and allocations."""
+def partial_input(shape: tuple[int, int], rank: int) -> np.ndarray:
+    """This rank's full-size partial sum: A shifted by a multiple of K, distinct per rank."""
+    full = base_matrix(shape)
+    return full + rank * (full.size + 1)
+
+
+def explain_rank(comm: Any, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, dict[str, dict]]:
+    """One rank: run every collective (the movement ones on its row block, the reduce ones on
+    its partial sum); report outputs, bytes and allocations."""
     from . import ops
     from .errors import ReshardError
 
     rows = np.ascontiguousarray(local_shard(base_matrix(shape), Shard(0), comm.rank, comm.size))
+    partial = partial_input(shape, comm.rank)
     calls = {
         "gather": lambda: ops.gather(rows, 0, dst=0),
         "all_gather": lambda: ops.all_gather(rows, 0),
-        "reduce_scatter": lambda: ops.reduce_scatter(rows, dim=1),  # sums the row blocks, scatters columns
+        "reduce_scatter": lambda: ops.reduce_scatter(partial, dim=1),  # the sum, scattered by columns
         "all_to_all": lambda: ops.all_to_all(rows, split_dim=1, concat_dim=0),
-        "all_reduce": lambda: ops.all_reduce(rows),
+        "all_reduce": lambda: ops.all_reduce(partial),
     }
     report: dict[str, dict] = {}
     for name, call in calls.items():
@@ -50,7 +60,7 @@ def explain_rank(comm: Any, shape: tuple[int, int]) -> tuple[np.ndarray, dict[st
             "bytes_received": stats.bytes_received,
             "allocated": stats.allocated_bytes,
         }
-    return rows, report
+    return rows, partial, report
 
 
 def _single_region(out: np.ndarray, full: np.ndarray) -> tuple | None:
@@ -67,14 +77,21 @@ def _single_region(out: np.ndarray, full: np.ndarray) -> tuple | None:
     return None
 
 
-def analyze(shape: tuple[int, int], ins: list[np.ndarray], reports: list[dict[str, dict]]) -> dict[str, Any]:
+def analyze(
+    shape: tuple[int, int], rows_in: list[np.ndarray], partial_in: list[np.ndarray], reports: list[dict[str, dict]]
+) -> dict[str, Any]:
     """The measured facts for every collective (JSON-ready)."""
-    full = base_matrix(shape)
-    n = len(ins)
-    singles = set(full.reshape(-1).tolist())
-    shard_bytes = max(x.nbytes for x in ins) or 1
-    facts: dict[str, Any] = {"shape": list(shape), "ranks": n, "dtype": "float64", "collectives": {}}
+    n = len(rows_in)
+    shard_bytes = max(x.nbytes for x in rows_in) or 1
+    facts: dict[str, Any] = {"shape": list(shape), "ranks": n, "dtype": "float64", "collectives": {},
+                             "inputs": {"gather": "rows", "all_gather": "rows", "all_to_all": "rows",
+                                        "reduce_scatter": "partial", "all_reduce": "partial"}}
     for name in COLLECTIVES:
+        reduces = name in ("reduce_scatter", "all_reduce")
+        ins = partial_in if reduces else rows_in
+        # the tensor the inputs stand for: A, or the sum of the partial sums
+        full = sum(partial_in[1:], partial_in[0].copy()) if reduces else base_matrix(shape)
+        singles = set(v for x in ins for v in x.reshape(-1).tolist())
         per_rank = [rep[name] for rep in reports]
         errors = [p.get("error") for p in per_rank if "error" in p]
         if errors:
@@ -93,8 +110,7 @@ def analyze(shape: tuple[int, int], ins: list[np.ndarray], reports: list[dict[st
                 holds.append({"kind": "region", "region": [list(x) for x in region], "text": describe_region(region)})
             elif sums:
                 cols = _summed_columns(out, ins)
-                text = f"sum of the {n} ranks' blocks, cols {cols[0]}-{cols[1] - 1}" if cols else "sums"
-                holds.append({"kind": "sums", "columns": list(cols) if cols else None, "text": text})
+                holds.append({"kind": "sums", "columns": list(cols) if cols else None, "ranks": n})
             else:
                 holds.append({"kind": "rearranged"})
         full_everywhere = all(o is not None and np.array_equal(o, full) for o in outs)
@@ -108,6 +124,7 @@ def analyze(shape: tuple[int, int], ins: list[np.ndarray], reports: list[dict[st
             "bytes_sent_per_rank": [p["bytes_sent"] for p in per_rank],
             "bytes_received_per_rank": [p["bytes_received"] for p in per_rank],
             "peak_memory_per_rank_in_shards": [round((ins[r].nbytes + per_rank[r]["allocated"]) / shard_bytes, 2) for r in range(n)],
+            "input": "a full-size partial sum on every rank" if reduces else "the row block of A",
         }
         if name == "all_to_all":
             entry["split_table"] = _measured_split_table(outs, ins, full)
@@ -162,7 +179,7 @@ def run_explain(ranks: int, shape: tuple[int, int], engine: str, timeout: float 
     from .launch import spawn
 
     results = spawn(explain_rank, ranks, engine=engine, args=(shape,), timeout=timeout)
-    facts = analyze(shape, [r[0] for r in results], [r[1] for r in results])
+    facts = analyze(shape, [r[0] for r in results], [r[1] for r in results], [r[2] for r in results])
     facts["engine"] = engine
     facts["answers"] = answer(facts)
     return facts

@@ -62,7 +62,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "explain.not_applicable": {"en": "not applicable here: {reason}", "ko": "여기서는 적용 불가: {reason}"},
     "explain.grids": {
         "en": "The row -> column example, blocks coloured by the rank holding them: before (Shard(0)), then after AllToAll (Shard(1)):",
-        "ko": "카드의 그림, 블록 색은 보유한 rank: 이전 (Shard(0)), 그리고 AllToAll 이후 (Shard(1)):",
+        "ko": "row -> column 예제, 블록 색은 보유한 rank: 이전 (Shard(0)), 그리고 AllToAll 이후 (Shard(1)):",
     },
     "explain.q1": {"en": "Does AllToAll add values?", "ko": "AllToAll은 값을 더하는가?"},
     "explain.a1.no": {
@@ -117,6 +117,16 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "ko": "예상 시간: {ms} ms (alpha-beta 모델: 메시지당 alpha {alpha:g} us, 바이트당 beta {beta:g} ns)",
     },
     "cli.error": {"en": "error: {error}", "ko": "오류: {error}"},
+    "cli.wrote": {"en": "wrote {path} ({what})", "ko": "{path} 작성 ({what})"},
+    "cli.png": {"en": "PNG picture: each collective before and after", "ko": "PNG 그림: 각 collective의 전과 후"},
+    "cli.html": {"en": "HTML page: open it in a browser to play each exchange; add #final for the last frame",
+                 "ko": "HTML 페이지: 브라우저에서 열면 교환을 재생한다; #final을 붙이면 마지막 장면"},
+    "explain.sums": {"en": "the sum of the {ranks} ranks' partial values, {cols}",
+                     "ko": "{ranks}개 rank 부분합의 합, {cols}"},
+    "explain.partial_inputs": {
+        "en": "ReduceScatter and AllReduce start from Partial inputs, as gradients do: every rank holds a full-size partial sum, and the tensor is their sum.",
+        "ko": "ReduceScatter와 AllReduce는 gradient처럼 Partial 입력에서 시작한다: 모든 rank가 전체 크기의 부분합을 갖고, tensor는 그 합이다.",
+    },
 }
 
 

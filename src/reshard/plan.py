@@ -246,17 +246,28 @@ def make_plan(
     return plan
 
 
-def describe_region(region: Region) -> str:
+REGION_WORDS = {  # (plural, singular) per axis of a matrix; a 1-D region; an empty range
+    "en": {"rows": ("rows", "row"), "cols": ("cols", "col"), "elements": ("elements", "element"), "none": "none",
+           "dim": "dim"},
+    "ko": {"rows": ("행", "행"), "cols": ("열", "열"), "elements": ("원소", "원소"), "none": "없음", "dim": "차원"},
+}
+
+
+def describe_region(region: Region, lang: str = "en") -> str:
     """A region in words: 'rows 0-5, cols 0-1' (inclusive) for 2-D, 'dim 2 3-4' beyond."""
-    names = [("rows", "row"), ("cols", "col")] if len(region) == 2 else [(f"dim {d}", f"dim {d}") for d in range(len(region))]
-    if len(region) == 1:
-        names = [("elements", "element")]
+    words = REGION_WORDS.get(lang, REGION_WORDS["en"])
+    if len(region) == 2:
+        names = [words["rows"], words["cols"]]
+    elif len(region) == 1:
+        names = [words["elements"]]
+    else:
+        names = [(f"{words['dim']} {d}", f"{words['dim']} {d}") for d in range(len(region))]
     parts = []
     for (plural, single), (a, b) in zip(names, region):
         if b - a == 1:
             parts.append(f"{single} {a}")
         else:
-            parts.append(f"{plural} {a}-{b - 1}" if b > a else f"{plural} none")
+            parts.append(f"{plural} {a}-{b - 1}" if b > a else f"{plural} {words['none']}")
     return ", ".join(parts)
 
 

@@ -1,21 +1,22 @@
-"""Pictures of layouts: blocks A00... coloured by the rank holding them.
-
-Two renderings share one geometry: a PNG (matplotlib) and a self-contained HTML page (no
-network resources) whose blocks move from their source rank's box to their destination's.
+"""Pictures of layouts and exchanges: blocks A00... in each rank's box, coloured by the rank
+their values came from (``scenes``). A PNG (matplotlib) shows each scene before and after; a
+self-contained HTML page (no network resources) plays each one, with a caption, step and
+replay controls (buttons and keys), and a final view at ``#final`` (or ``#NAME/final``).
 """
 
 from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 
 from ..layout import Partial, Placement, Replicate, Shard
-from .blocks import block_name, blocks, holders, moves
+from .scenes import Cell, Scene
 
 PALETTE = ["#d62728", "#2ca02c", "#1f77b4", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
 CELL = 56  # px per block in the HTML page
 BOX_GAP = 40
-MARGIN_X, MARGIN_Y = 20, 90
+MARGIN_X, MARGIN_Y = 20, 150  # the title, caption, controls and legend sit above the boxes
 
 
 def rank_colour(rank: int) -> str:
@@ -28,97 +29,220 @@ def position(n: int, rank: int, i: int, j: int) -> tuple[int, int]:
 
 
 def page_size(n: int) -> tuple[int, int]:
-    return MARGIN_X * 2 + n * (n * CELL + BOX_GAP), MARGIN_Y + n * CELL + 60
+    return max(MARGIN_X * 2 + n * (n * CELL + BOX_GAP), 760), MARGIN_Y + n * CELL + 40
 
 
-def write_html(path: str, shape: tuple[int, int], n: int, src: Placement, dst: Placement, title: str) -> None:
-    """A self-contained page: blocks start in their source rank's box and move to their destination's."""
-    width, height = page_size(n)
-    items = []
-    for k, m in enumerate(moves(shape, n, src, dst)):
-        x0, y0 = position(n, m["src"], m["i"], m["j"])
-        x1, y1 = position(n, m["dst"], m["i"], m["j"])
-        items.append({"id": k, "name": m["name"], "from": [x0, y0, rank_colour(m["src"])], "to": [x1, y1, rank_colour(m["dst"])]})
-    boxes = "".join(
-        f'<div class="box" style="left:{MARGIN_X + r * (n * CELL + BOX_GAP) - 4}px;top:{MARGIN_Y - 4}px;'
-        f'width:{n * CELL + 8}px;height:{n * CELL + 8}px"></div>'
-        f'<div class="label" style="left:{MARGIN_X + r * (n * CELL + BOX_GAP)}px;top:{MARGIN_Y - 30}px;color:{rank_colour(r)}">rank {r}</div>'
-        for r in range(n)
-    )
-    page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ margin:0; font-family: sans-serif; background:#fff; width:{width}px; height:{height}px; position:relative; }}
-h1 {{ font-size:16px; margin:0; position:absolute; left:{MARGIN_X}px; top:12px; }}
-#stage {{ position:absolute; left:{MARGIN_X}px; top:36px; font-size:13px; color:#444; }}
-.box {{ position:absolute; border:2px dashed #bbb; border-radius:6px; }}
-.label {{ position:absolute; font-weight:bold; font-size:14px; }}
-.blk {{ position:absolute; width:{CELL - 6}px; height:{CELL - 6}px; border-radius:4px; color:#fff;
-        font: bold 14px monospace; display:flex; align-items:center; justify-content:center; }}
-</style></head>
-<body><h1>{html.escape(title)}</h1><div id="stage">before: {html.escape(repr(src))}</div>{boxes}
-<script>
-const items = {json.dumps(items)};
-const final = {json.dumps(repr(dst))};
-for (const it of items) {{
-  const d = document.createElement("div");
-  d.className = "blk"; d.id = "b" + it.id; d.textContent = it.name;
-  d.style.left = it.from[0] + "px"; d.style.top = it.from[1] + "px"; d.style.backgroundColor = it.from[2];
-  document.body.appendChild(d);
-}}
-// Timer-driven frames (not CSS transitions) so a headless browser with virtual time always
-// reaches the same final frame.
-function hex(c) {{ return [1, 3, 5].map(k => parseInt(c.slice(k, k + 2), 16)); }}
-function frame(t) {{
-  const e = t * t * (3 - 2 * t);
-  for (const it of items) {{
-    const d = document.getElementById("b" + it.id);
-    d.style.left = (it.from[0] + (it.to[0] - it.from[0]) * e) + "px";
-    d.style.top = (it.from[1] + (it.to[1] - it.from[1]) * e) + "px";
-    const a = hex(it.from[2]), b = hex(it.to[2]);
-    d.style.backgroundColor = t >= 1 ? it.to[2] : "rgb(" + a.map((v, k) => Math.round(v + (b[k] - v) * e)).join(",") + ")";
-  }}
-  if (t >= 1) document.getElementById("stage").textContent = "after: " + final;
-}}
-const FRAMES = 40;
-function play(k) {{ frame(k / FRAMES); if (k < FRAMES) setTimeout(() => play(k + 1), 30); }}
-if (location.hash === "#final") frame(1); else setTimeout(() => play(1), 800);
-</script></body></html>
-"""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(page)
+# -- PNG -------------------------------------------------------------------------------------
 
-
-def draw_png(path: str, shape: tuple[int, int], n: int, panels: list[tuple[str, Placement]], title: str) -> None:
-    """One panel per (caption, placement): each rank's box with the blocks it holds."""
+def draw_png(path: str, scenes: Sequence[Scene], title: str) -> None:
+    """Each scene as a row: its title, the boxes before, the boxes after; a legend below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    n = scenes[0].n
+    fig, axes = plt.subplots(len(scenes), 2, figsize=(2 * (0.6 + 0.75 * n * (n + 1)), 0.6 + (0.9 + 0.75 * n) * len(scenes)),
+                             squeeze=False)
+    for row, scene in zip(axes, scenes):
+        for ax, (when, cells) in zip(row, (("before", scene.before), ("after", scene.after))):
+            _draw_boxes(ax, scene, cells)
+            ax.set_title(f"{scene.title}: {when}" if when == "before" else when, loc="left", fontsize=11,
+                         fontweight="bold" if when == "before" else "normal")
+    styles = sorted({s for scene in scenes for s, _ in scene.legend()}, key=["solid", "partial", "sum"].index)
+    words = dict(w for scene in scenes for w in scene.legend())
+    handles = [Patch(fc=rank_colour(r), label=f"rank {r}") for r in range(n)]
+    handles += [Patch(fc="white" if s == "partial" else "#999999", ec="#555555", hatch="////" if s == "partial" else
+                      ("||" if s == "sum" else None), label=words[s]) for s in styles]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=9, frameon=False)
+    fig.suptitle(title, fontsize=12)
+    fig.tight_layout(rect=(0, 0.06 if len(handles) <= 3 else 0.09, 1, 0.97))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]]) -> None:
     from matplotlib.patches import Rectangle
 
-    fig, axes = plt.subplots(len(panels), 1, figsize=(1.2 + 1.1 * n * n, 1.0 + 1.6 * n * len(panels) / 2), squeeze=False)
-    for ax, (caption, placement) in zip(axes[:, 0], panels):
-        for r in range(n):
-            ox = r * (n + 1)
-            ax.add_patch(Rectangle((ox - 0.1, -0.1), n + 0.2, n + 0.2, fill=False, ls="--", ec="#bbbbbb"))
-            ax.text(ox + n / 2, -0.35, f"rank {r}", ha="center", va="bottom", color=rank_colour(r), fontweight="bold")
-        for i, j in blocks(shape, n):
-            for r in holders(placement, i, j, n):
-                ox = r * (n + 1)
-                face = rank_colour(r)
-                hatch = "//" if isinstance(placement, Partial) else None
-                ax.add_patch(Rectangle((ox + j + 0.05, i + 0.05), 0.9, 0.9, fc=face, ec="white", hatch=hatch))
-                ax.text(ox + j + 0.5, i + 0.5, block_name(i, j, n), ha="center", va="center", color="white", fontsize=9, fontweight="bold")
-        ax.set_xlim(-0.5, n * (n + 1))
-        ax.set_ylim(n + 0.3, -0.9)
-        ax.set_aspect("equal")
-        ax.axis("off")
-        ax.set_title(caption, loc="left", fontsize=11)
-    fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    n = scene.n
+    for r in range(n):
+        ox = r * (n + 1)
+        ax.add_patch(Rectangle((ox - 0.1, -0.1), n + 0.2, n + 0.2, fill=False, ls="--", ec="#bbbbbb"))
+        ax.text(ox + n / 2, -0.3, f"rank {r}", ha="center", va="bottom", color=rank_colour(r), fontweight="bold")
+        if r not in cells:
+            ax.text(ox + n / 2, n / 2, "nothing\n(None)", ha="center", va="center", color="#888888", fontsize=9)
+            continue
+        for c in cells[r]:
+            x, y = ox + c.j + 0.05, c.i + 0.05
+            name = scene.names[(c.i, c.j)]
+            if c.style == "sum":
+                width = 0.9 / len(c.sources)
+                for k, s in enumerate(c.sources):
+                    ax.add_patch(Rectangle((x + k * width, y), width, 0.9, fc=rank_colour(s), ec="none"))
+                label, box = "Σ" + name, {"boxstyle": "round,pad=0.15", "fc": "#222222", "ec": "none"}
+                ax.text(x + 0.45, y + 0.45, label, ha="center", va="center", color="white", fontsize=8,
+                        fontweight="bold", bbox=box, zorder=5)
+            elif c.style == "partial":
+                ax.add_patch(Rectangle((x, y), 0.9, 0.9, fc="white", ec=rank_colour(c.colour_rank), hatch="////", lw=1.5))
+                ax.text(x + 0.45, y + 0.45, name, ha="center", va="center", color=rank_colour(c.colour_rank), fontsize=8,
+                        fontweight="bold", bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"}, zorder=5)
+            else:
+                ax.add_patch(Rectangle((x, y), 0.9, 0.9, fc=rank_colour(c.colour_rank), ec="white"))
+                ax.text(x + 0.45, y + 0.45, name, ha="center", va="center", color="white", fontsize=9,
+                        fontweight="bold", zorder=5)
+    ax.set_xlim(-0.4, n * (n + 1) - 0.6)
+    ax.set_ylim(n + 0.2, -0.8)
+    ax.set_aspect("equal")
+    ax.axis("off")
+
+
+# -- HTML ------------------------------------------------------------------------------------
+
+def _cells_json(scene: Scene, cells: dict[int, list[Cell]]) -> list[dict]:
+    out = []
+    for r, row in cells.items():
+        for c in row:
+            x, y = position(scene.n, r, c.i, c.j)
+            colours = [rank_colour(s) for s in c.sources] if c.style == "sum" else [rank_colour(c.colour_rank)]
+            out.append({"x": x, "y": y, "name": scene.names[(c.i, c.j)], "style": c.style, "colours": colours})
+    return out
+
+
+def _scene_json(scene: Scene) -> dict:
+    moves = []
+    for m in scene.moves:
+        x0, y0 = position(scene.n, m.src, m.i, m.j)
+        x1, y1 = position(scene.n, m.dst, m.i, m.j)
+        moves.append({"from": [x0, y0], "to": [x1, y1], "name": scene.names[(m.i, m.j)], "style": m.style,
+                      "colour": rank_colour(m.src)})
+    return {"name": scene.name, "title": scene.title, "caption": scene.caption,
+            "before": _cells_json(scene, scene.before), "after": _cells_json(scene, scene.after),
+            "empty": [r for r in range(scene.n) if r not in scene.after], "moves": moves,
+            "legend": scene.legend()}
+
+
+def write_html(path: str, scenes: Sequence[Scene], title: str) -> None:
+    """A self-contained page that plays each scene: before, the copies travelling, after."""
+    n = scenes[0].n
+    width, height = page_size(n)
+    boxes = "".join(
+        f'<div class="box" style="left:{MARGIN_X + r * (n * CELL + BOX_GAP) - 4}px;top:{MARGIN_Y - 4}px;'
+        f'width:{n * CELL + 8}px;height:{n * CELL + 8}px"><span class="none" id="none{r}">nothing (None)</span></div>'
+        f'<div class="label" style="left:{MARGIN_X + r * (n * CELL + BOX_GAP)}px;top:{MARGIN_Y - 26}px;'
+        f'color:{rank_colour(r)}">rank {r}</div>'
+        for r in range(n)
+    )
+    ranks = "".join(f'<span class="key"><i style="background:{rank_colour(r)}"></i>rank {r}</span>' for r in range(n))
+    data = json.dumps([_scene_json(s) for s in scenes])
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(_PAGE.format(title=html.escape(title), width=width, height=height, x=MARGIN_X, cell=CELL,
+                             inner=CELL - 6, boxes=boxes, ranks=ranks, data=data))
+
+
+_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ margin:0; font-family:sans-serif; background:#fff; width:{width}px; height:{height}px; position:relative; }}
+#head {{ position:absolute; left:{x}px; top:8px; right:{x}px; }}
+h1 {{ font-size:16px; margin:0 0 4px 0; }}
+#caption {{ font-size:13px; color:#333; min-height:34px; }}
+#step {{ font-size:12px; color:#666; margin:2px 0; }}
+#controls button {{ font-size:12px; margin-right:4px; }}
+#legend {{ font-size:11px; color:#444; margin-top:4px; }}
+.key {{ margin-right:10px; white-space:nowrap; }}
+.key i {{ display:inline-block; width:11px; height:11px; margin-right:3px; vertical-align:-1px; border:1px solid #777; }}
+.box {{ position:absolute; border:2px dashed #bbb; border-radius:6px; }}
+.none {{ display:none; position:absolute; width:100%; top:45%; text-align:center; color:#888; font-size:12px; }}
+.label {{ position:absolute; font-weight:bold; font-size:14px; }}
+.blk {{ position:absolute; width:{inner}px; height:{inner}px; border-radius:4px; box-sizing:border-box;
+        display:flex; align-items:center; justify-content:center; }}
+.blk b {{ font:bold 13px monospace; color:#fff; padding:1px 3px; border-radius:3px; }}
+.partial b {{ background:#fff; }}
+.sum b {{ background:#222; }}
+.ghost {{ opacity:0.3; }}
+</style></head>
+<body><div id="head"><h1>{title}</h1><div id="caption"></div><div id="step"></div>
+<div id="controls"><button id="prev">&#9664; previous</button><button id="play">&#9654; play</button>
+<button id="next-step">step</button><button id="replay">&#8634; replay</button><button id="next">next &#9654;</button>
+<span style="font-size:11px;color:#777"> keys: &larr; &rarr; scenes, space step, r replay</span></div>
+<div id="legend">{ranks}<span id="styles"></span></div></div>{boxes}
+<script>
+const scenes = {data};
+let k = 0, phase = "before", timer = null;
+const FRAMES = 36, TICK = 30;
+function paint(d, style, colours) {{
+  if (style === "solid") d.style.background = colours[0];
+  else if (style === "partial") {{
+    d.style.border = "2px solid " + colours[0];
+    d.style.background = "repeating-linear-gradient(45deg, " + colours[0] + " 0 3px, #fff 3px 8px)";
+    d.firstChild.style.color = colours[0];
+  }} else {{
+    const w = 100 / colours.length;
+    d.style.background = "linear-gradient(90deg, " + colours.map((c, i) => c + " " + (i * w) + "% " + ((i + 1) * w) + "%").join(", ") + ")";
+  }}
+}}
+function block(x, y, name, style, colours, cls) {{
+  const d = document.createElement("div");
+  d.className = "blk drawn " + style + (cls ? " " + cls : "");
+  const b = document.createElement("b"); b.textContent = (style === "sum" ? "\\u03a3" : "") + name; d.appendChild(b);
+  d.style.left = x + "px"; d.style.top = y + "px"; paint(d, style, colours);
+  document.body.appendChild(d); return d;
+}}
+function clear() {{ for (const d of Array.from(document.querySelectorAll(".drawn"))) d.remove(); }}
+function legend(s) {{
+  const words = {{solid: "solid: a block moved unchanged, coloured by the rank it came from",
+    partial: "hatched: a partial sum", sum: "\\u03a3, striped: the sum of the ranks' partial values"}};
+  document.getElementById("styles").textContent = s.legend.map(l => words[l[0]]).join("; ");
+}}
+function show(which) {{
+  const s = scenes[k]; clear(); phase = which;
+  for (let r = 0; document.getElementById("none" + r); r++)
+    document.getElementById("none" + r).style.display = (which === "after" && s.empty.includes(r)) ? "block" : "none";
+  for (const c of s[which]) block(c.x, c.y, c.name, c.style, c.colours);
+  document.getElementById("caption").textContent = s.title + ": " + s.caption;
+  document.getElementById("step").textContent = "scene " + (k + 1) + " of " + scenes.length + ", " +
+    (which === "before" ? "before the exchange" : "after the exchange (" + s.moves.length + " block copies travelled)");
+  legend(s);
+  location.hash = s.name + (which === "after" ? "/final" : "");
+}}
+function play() {{
+  if (timer) return;
+  const s = scenes[k]; show("before");
+  for (const d of Array.from(document.querySelectorAll(".drawn"))) d.classList.add("ghost");
+  const flying = s.moves.map(m => [m, block(m.from[0], m.from[1], m.name, m.style, [m.colour])]);
+  document.getElementById("step").textContent = "scene " + (k + 1) + " of " + scenes.length + ", moving: " + s.moves.length + " block copies";
+  let f = 0;
+  // Timer-driven frames (not CSS transitions), so a headless browser reaches the same last frame.
+  const tick = () => {{
+    f += 1; const t = f / FRAMES, e = t * t * (3 - 2 * t);
+    for (const [m, d] of flying) {{
+      d.style.left = (m.from[0] + (m.to[0] - m.from[0]) * e) + "px";
+      d.style.top = (m.from[1] + (m.to[1] - m.from[1]) * e) + "px";
+    }}
+    if (f < FRAMES) timer = setTimeout(tick, TICK); else {{ timer = null; show("after"); }}
+  }};
+  timer = setTimeout(tick, TICK);
+}}
+function stop() {{ if (timer) {{ clearTimeout(timer); timer = null; }} }}
+function go(to, which) {{ stop(); k = (to + scenes.length) % scenes.length; show(which || "before"); }}
+function step() {{ if (timer) return; if (phase === "before") play(); else go(k + 1); }}
+document.getElementById("prev").onclick = () => go(k - 1);
+document.getElementById("next").onclick = () => go(k + 1);
+document.getElementById("play").onclick = () => {{ stop(); play(); }};
+document.getElementById("replay").onclick = () => {{ stop(); play(); }};
+document.getElementById("next-step").onclick = step;
+document.addEventListener("keydown", ev => {{
+  if (ev.key === "ArrowRight") go(k + 1); else if (ev.key === "ArrowLeft") go(k - 1);
+  else if (ev.key === " ") {{ ev.preventDefault(); step(); }} else if (ev.key === "r") {{ stop(); play(); }}
+}});
+const want = decodeURIComponent(location.hash.slice(1)).split("/");
+const at = scenes.findIndex(s => s.name === want[0]);
+if (want[0] === "final") go(0, "after");
+else if (at >= 0) go(at, want[1] === "final" ? "after" : "before");
+else {{ go(0); setTimeout(play, 800); }}
+</script></body></html>
+"""
 
 
 def placement_caption(p: Placement) -> str:
@@ -126,4 +250,6 @@ def placement_caption(p: Placement) -> str:
         return f"{'row' if p.dim % 2 == 0 else 'column'}-sharded ({p!r})"
     if isinstance(p, Replicate):
         return "replicated (Replicate())"
-    return f"partial ({p!r})"
+    if isinstance(p, Partial):
+        return f"partial ({p!r})"
+    return repr(p)

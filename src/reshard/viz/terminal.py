@@ -37,7 +37,7 @@ def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Pl
             if isinstance(placement, Partial):
                 held = say("demo.partial_sum", lang)
             dims = " x ".join(str(s) for s in arrays[r].shape)
-            table.add_row(Text(f"rank {r}", style=RANK_STYLES[r % len(RANK_STYLES)]), held, describe_region(region), f"[{dims}]")
+            table.add_row(Text(f"rank {r}", style=RANK_STYLES[r % len(RANK_STYLES)]), held, describe_region(region, lang), f"[{dims}]")
         console.print(table)
         console.print(grid(shape, placement, n))
 
@@ -47,7 +47,7 @@ def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Pl
         for t in plan.transfers:
             stays = " " + say("demo.stays", lang) if t.src == t.dst else ""
             line = Text(f"  rank {t.src}: ", style=RANK_STYLES[t.src % len(RANK_STYLES)])
-            line.append(f"{describe_region(t.region)} -> ")
+            line.append(f"{describe_region(t.region, lang)} -> ")
             line.append(f"rank {t.dst}", style=RANK_STYLES[t.dst % len(RANK_STYLES)])
             line.append(stays)
             console.print(line)
@@ -61,7 +61,8 @@ def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Pl
 
 
 def grid(shape: tuple[int, int], placement: Placement, n: int) -> Any:
-    """The N x N block grid coloured by the rank holding each block (the row -> column example's picture)."""
+    """The N x N block grid, each block with the rank holding it (``A01:1``) and, in a terminal
+    with colour, that rank's colour: the row -> column example's picture, readable without colour."""
     from rich.text import Text
 
     rows, cols = shard_sizes(shape[0], n), shard_sizes(shape[1], n)
@@ -75,10 +76,10 @@ def grid(shape: tuple[int, int], placement: Placement, n: int) -> Any:
                 continue
             if isinstance(placement, Shard):
                 holder = holders(placement, i, j, n)[0]
-                text.append(f" {block_name(i, j, n)} ", style=f"reverse {RANK_STYLES[holder % len(RANK_STYLES)]}")
+                text.append(f" {block_name(i, j, n)}:{holder} ", style=f"reverse {RANK_STYLES[holder % len(RANK_STYLES)]}")
             else:
-                mark = "*" if isinstance(placement, Replicate) else "+"
-                text.append(f" {block_name(i, j, n)}{mark}", style="reverse bold white")
+                mark = "*" if isinstance(placement, Replicate) else "+"  # every rank holds it (a share of it)
+                text.append(f" {block_name(i, j, n)}:{mark} ", style="reverse bold white")
             text.append(" ")
         text.append("\n")
     return text
@@ -104,7 +105,15 @@ def render_explain(console: Any, facts: dict[str, Any], lang: str) -> None:
         holds = []
         for r, h in enumerate(f["holds_per_rank"]):
             shape = f["result_shape_per_rank"][r]
-            what = say("demo.nothing", lang) if h["kind"] == "nothing" else h.get("text", h["kind"])
+            if h["kind"] == "nothing":
+                what = say("demo.nothing", lang)
+            elif h["kind"] == "region":
+                what = describe_region(tuple(tuple(x) for x in h["region"]), lang)
+            elif h["kind"] == "sums" and h.get("columns"):
+                span = describe_region(((0, rows), tuple(h["columns"])), lang).split(", ")[1]
+                what = say("explain.sums", lang, ranks=h["ranks"], cols=span)
+            else:
+                what = h["kind"]
             holds.append(f"rank {r}: {what}" + (f" [{' x '.join(map(str, shape))}]" if shape else ""))
         full = yes if f["full_tensor_on_every_rank"] else (say("explain.some_rank", lang) if f["full_tensor_on_some_rank"] else no)
         traffic = "\n".join(f"rank {r}: {human_bytes(s)} / {human_bytes(v)}" for r, (s, v) in
@@ -112,6 +121,8 @@ def render_explain(console: Any, facts: dict[str, Any], lang: str) -> None:
         memory = ", ".join(f"{m:g}x" for m in f["peak_memory_per_rank_in_shards"])
         table.add_row(say(f"name.{name}", lang), "\n".join(holds), yes if f["sums_values"] else no, full, traffic, memory)
     console.print(table)
+    console.print(say("explain.partial_inputs", lang))
+    console.print()
     console.print(say("explain.grids", lang))
     console.print(grid((rows, cols), Shard(0), n))
     console.print(grid((rows, cols), Shard(1), n))
@@ -127,7 +138,8 @@ def render_explain(console: Any, facts: dict[str, Any], lang: str) -> None:
     console.print(say("explain.q3", lang))
     console.print("  " + say("explain.a3", lang))
     for e in a["cut_rule"]:
-        console.print(f"    rank {e['src_rank']}: {e['text']} -> rank {e['dst_rank']}")
+        region = tuple(tuple(x) for x in e["region"])
+        console.print(f"    rank {e['src_rank']}: {describe_region(region, lang)} -> rank {e['dst_rank']}")
 
 
 def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float = 0.0, beta: float = 0.0) -> None:
@@ -137,7 +149,7 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float =
     moves = [t for t in plan.transfers if t.src != t.dst]
     console.print(say("plan.split_table", lang, count=len(moves)))
     for t in moves[:limit]:
-        console.print(f"  rank {t.src}: {describe_region(t.region)} -> rank {t.dst}  ({human_bytes(t.nbytes)})")
+        console.print(f"  rank {t.src}: {describe_region(t.region, lang)} -> rank {t.dst}  ({human_bytes(t.nbytes)})")
     if len(moves) > limit:
         console.print("  " + say("plan.more", lang, count=len(moves) - limit))
     summary = summarize_matrix(plan.traffic_matrix)

@@ -1,0 +1,134 @@
+"""What a picture shows, worked out once for the PNG and the HTML page: for one collective (or
+one layout change) on the N x N block grid of a matrix, the cells each rank's box holds before
+and after, and every copy of a block that travels between boxes.
+
+A cell keeps the colour of the rank its values came from, inside its new holder's box, so the
+last frame still says that A10 came from rank 1. ``style`` is ``solid`` (a block moved
+unchanged), ``partial`` (a full-size partial sum, as gradients are) or ``sum`` (the sum of the
+ranks' partial sums; ``sources`` lists whose).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..layout import Partial, Placement, Shard
+from .blocks import block_name, blocks, holders
+
+FIVE = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
+TITLES = {"gather": "Gather (to rank 0)", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter (sum, by columns)",
+          "all_to_all": "AllToAll", "all_reduce": "AllReduce (sum)"}
+CAPTIONS = {
+    "gather": "Every rank sends its row block to rank 0, which ends with the whole matrix; the others get nothing.",
+    "all_gather": "Every rank sends its row block to every rank: each ends with the whole matrix (replicated).",
+    "reduce_scatter": "Every rank holds a full-size partial sum. Block column j of every rank goes to rank j and is "
+                      "added up there: each rank ends with its columns of the sum.",
+    "all_to_all": "Each rank cuts its row block by destination column range and sends piece j to rank j: each rank "
+                  "ends with all rows of its own columns. Nothing is added, nothing is replicated.",
+    "all_reduce": "Every rank holds a full-size partial sum; every rank ends with the whole sum.",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    i: int
+    j: int
+    colour_rank: int  # the rank whose values these are (for a sum: the first source)
+    style: str = "solid"  # solid | partial | sum
+    sources: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Move:
+    i: int
+    j: int
+    src: int
+    dst: int
+    style: str = "solid"  # how the travelling copy looks (a partial sum travels as partial)
+
+
+@dataclass(frozen=True)
+class Scene:
+    name: str
+    title: str
+    caption: str
+    n: int
+    names: dict[tuple[int, int], str]
+    before: dict[int, list[Cell]]
+    after: dict[int, list[Cell]]  # a rank missing here holds nothing afterwards (Gather's others)
+    moves: list[Move]
+
+    def legend(self) -> list[tuple[str, str]]:
+        """(style, words) for the styles this scene uses, in order."""
+        words = {"solid": "a block moved unchanged (coloured by the rank it came from)",
+                 "partial": "a partial sum: the ranks' values add up to the block",
+                 "sum": "the sum of every rank's partial values (stripes: whose)"}
+        used = {c.style for cells in (*self.before.values(), *self.after.values()) for c in cells}
+        return [(s, words[s]) for s in ("solid", "partial", "sum") if s in used]
+
+
+def collective_scene(name: str, shape: tuple[int, int], n: int) -> Scene:
+    """One of the five collectives on the matrix: the movement collectives start row-sharded,
+    the reduce collectives from full-size partial sums."""
+    grid = blocks(shape, n)
+    names = {(i, j): block_name(i, j, n) for i, j in grid}
+    everyone = tuple(range(n))
+    if name in ("reduce_scatter", "all_reduce"):
+        before = {r: [Cell(i, j, r, "partial") for i, j in grid] for r in range(n)}
+        targets = (lambda i, j: [j]) if name == "reduce_scatter" else (lambda i, j: list(everyone))
+        after: dict[int, list[Cell]] = {r: [] for r in range(n)}
+        moves = []
+        for i, j in grid:
+            for d in targets(i, j):
+                after[d].append(Cell(i, j, 0, "sum", everyone))
+                moves += [Move(i, j, r, d, "partial") for r in everyone if r != d]
+    else:
+        before = {r: [Cell(i, j, i) for i, j in grid if i == r] for r in range(n)}
+        dests = {"gather": lambda i, j: [0], "all_gather": lambda i, j: list(everyone),
+                 "all_to_all": lambda i, j: [j]}[name]
+        after = {r: [] for r in range(n)} if name != "gather" else {0: []}
+        moves = []
+        for i, j in grid:
+            for d in dests(i, j):
+                after[d].append(Cell(i, j, i))
+                if d != i:
+                    moves.append(Move(i, j, i, d))
+    return Scene(name, TITLES[name], CAPTIONS[name], n, names, before, after, moves)
+
+
+def change_scene(shape: tuple[int, int], n: int, src: Placement, dst: Placement, title: str) -> Scene:
+    """Any layout change of the matrix (``reshard demo``): src's cells, dst's cells coloured by
+    where their values came from, and the copies that travel."""
+    grid = blocks(shape, n)
+    names = {(i, j): block_name(i, j, n) for i, j in grid}
+    src_style = "partial" if isinstance(src, Partial) else "solid"
+    before: dict[int, list[Cell]] = {r: [] for r in range(n)}
+    after: dict[int, list[Cell]] = {r: [] for r in range(n)}
+    moves = []
+    for i, j in grid:
+        had = holders(src, i, j, n)
+        for r in had:
+            before[r].append(Cell(i, j, r, src_style))
+        if isinstance(dst, Partial):  # nothing moves: each rank keeps its values as a partial sum
+            for r in had:
+                after[r].append(Cell(i, j, r, "partial"))
+            continue
+        for d in holders(dst, i, j, n):
+            if isinstance(src, Partial):
+                after[d].append(Cell(i, j, 0, "sum", tuple(had)))
+                moves += [Move(i, j, r, d, "partial") for r in had if r != d]
+                continue
+            s = d if d in had else had[0]
+            after[d].append(Cell(i, j, s))
+            if s != d:
+                moves.append(Move(i, j, s, d))
+    caption = f"{_words(src)} -> {_words(dst)}"
+    return Scene("change", title, caption, n, names, before, after, moves)
+
+
+def _words(p: Placement) -> str:
+    if isinstance(p, Shard):
+        return f"{'row' if p.dim % 2 == 0 else 'column'}-sharded ({p!r})"
+    if isinstance(p, Partial):
+        return f"partial sums ({p!r})"
+    return "replicated (Replicate())"
