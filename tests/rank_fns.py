@@ -315,3 +315,31 @@ def exit_with_message(comm, bad_rank, message):
         os._exit(3)
     comm.barrier()
     return comm.rank
+
+
+def nocheck_disagreement(comm, case):
+    """A collective with check=False whose ranks disagree; returns the result's shape if it ran."""
+    r = comm.rank
+    if case == "all_to_all":
+        y = rs.all_to_all(np.zeros((2, 6 - (r == 2)), np.float32), split_dim=1, concat_dim=0, check=False)
+    elif case == "reduce_scatter":  # the same bytes per piece, a different tensor
+        y = rs.reduce_scatter(np.ones((4, 6) if r == 1 else (6, 4), np.float32), 0, check=False)
+    elif case == "redistribute":
+        g = (6, 7) if r == 1 else (6, 6)
+        y = rs.redistribute(np.ones((2, g[1]), np.float32), rs.Shard(0), rs.Shard(1), global_shape=g, check=False)
+    else:  # all_to_all_v: rank 1 expects two rows from rank 0, which sends one
+        recv = [2] + [1] * (comm.size - 1) if r == 1 else [1] * comm.size
+        y, _ = rs.all_to_all_v(np.ones((comm.size, 2), np.float32), [1] * comm.size, recv_counts=recv, check=False)
+    return tuple(y.shape)
+
+
+def nocheck_change_after_replay(comm, sleep_s):
+    """check=False, global_shape given: two agreed calls (the second a replay), then rank 1 alone
+    changes the global shape. Returns every result it got, so a wrong one would show."""
+    got = []
+    for step in range(3):
+        cols = 7 if (step == 2 and comm.rank == 1) else 6
+        g = (2 * comm.size, cols)
+        x = np.ones((2, cols), np.float32)
+        got.append(tuple(rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=g, check=False).shape))
+    return got

@@ -33,6 +33,7 @@ LAYERS = [
     ["launch.local"],
     ["launch"],
     ["viz.blocks", "viz.text"],
+    ["viz.scenes"],
     ["viz.terminal", "viz.pictures"],
     ["viz"],
     ["demo", "explain"],

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import agreement
 from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
 from .comm import Comm, current
@@ -95,6 +97,8 @@ class Call:
         self.pregathered: Any = None  # records a replay already gathered (and found changed)
         self.sent_record: Any = None
         self.gathered_raw: bytes | None = None
+        self.replay_exchanges = True
+        self.extra_gathered: Any = None
 
     def replay(self, args: tuple) -> Any:
         """This call's result from the plan of an earlier call with the same signature, or
@@ -151,7 +155,9 @@ class Call:
             plans.clear()
         x = self.x
         detach = is_torch(x) and self.key[-1]  # requires_grad
-        plans[self.key] = CachedRun(self.sent_record, self.gathered_raw, run, self.arrays, self.numpy_in, bool(detach), grad)
+        # A replay exchanges records again only when the check is on or the peers' shapes are needed.
+        record, gathered = (self.sent_record, self.gathered_raw) if self.replay_exchanges else (None, None)
+        plans[self.key] = CachedRun(record, gathered, run, self.arrays, self.numpy_in, bool(detach), grad)
 
     @contextlib.contextmanager
     def validating(self) -> Iterator[None]:
@@ -191,21 +197,21 @@ class Call:
 
     def agree(
         self, free_dims: Sequence[int] = (), need_shapes: bool = True, per_rank_splits: bool = False,
-        while_waiting: Any = None,
-    ) -> list[tuple[int, ...]] | None:
-        """Run the check (if on) or the metadata exchange (if needed); raise on any problem.
+        while_waiting: Any = None, extra: Any = None,
+    ) -> list[tuple[int, ...]]:
+        """Exchange every rank's record and compare them; raise on any problem, on every rank.
 
-        Returns every rank's input shape, or None when neither check nor shapes were needed.
+        The first call of a signature always agrees, whatever ``check`` says: ``check=False``
+        only lets a *replay* skip the exchange (where no shapes are needed), so a disagreement
+        ends in an error, never in wrong data. Returns every rank's input shape.
         ``while_waiting()`` (local work, e.g. the pack) runs while the records are in flight,
         unless this rank's input was already found invalid; its result is ``self.overlapped``.
+        ``extra`` (int64 values, the same count on every rank) travels in the same exchange;
+        every rank's row of it lands in ``self.extra_gathered``.
         """
-        if not self.check and not need_shapes:
-            if self.error is not None:
-                raise self.error
-            if while_waiting is not None:
-                self.overlapped = while_waiting()
-            return None
         raw = agreement.encode(self.record, self.size)
+        if extra is not None:
+            raw = np.concatenate([raw, np.ascontiguousarray(extra, dtype=np.int64).view(np.uint8)])
         if self.pregathered is not None:  # a replay exchanged this very record already
             finish = lambda: self.pregathered  # noqa: E731
         else:
@@ -214,13 +220,16 @@ class Call:
         if while_waiting is not None and self.error is None:
             self.overlapped = while_waiting()  # local work (the pack) while the records travel
         gathered = finish()
+        self.replay_exchanges = self.check or need_shapes
         self.sent_record, self.gathered_raw = raw, gathered.tobytes()
-        records = [agreement.decode(row, self.size, self.record.arg_names) for row in gathered]
+        width = len(raw) - (0 if extra is None else len(extra) * 8)
+        if extra is not None:
+            self.extra_gathered = np.ascontiguousarray(gathered[:, width:]).view(np.int64)
+        records = [agreement.decode(row[:width], self.size, self.record.arg_names) for row in gathered]
         if self.error is None and self.record.error_code:  # e.g. too many dims, found by encode
             self.error = agreement.ERROR_CODES[self.record.error_code](self.record.message)
         agreement.raise_errors(records, self.rank, self.error)
-        if self.check:
-            agreement.compare(records, free_dims, per_rank_splits)
+        agreement.compare(records, free_dims, per_rank_splits)
         self.records = records
         return [r.shape for r in records]
 

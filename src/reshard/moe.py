@@ -25,7 +25,7 @@ from .arrays import array_backend, is_numpy, is_torch, numel
 from .buffers import alloc
 from .call import Call, wants_grad
 from .comm import Comm, current
-from .errors import InvalidArgument, ReshardError, UnsupportedDType
+from .errors import InvalidArgument, UnsupportedDType
 from .layout import check_int
 from .pieces import contiguous
 
@@ -186,24 +186,16 @@ def dispatch(
                 raise InvalidArgument(f"capacity must be >= 0 or None, got {cap}")
         ids = _validate_ids(expert_ids, call.x.shape[0], experts)
         call.record.args = (experts, ids.shape[1], -1 if capacity is None else cap)
-    if call.check:
-        call.agree(free_dims=(0,), need_shapes=False)
     per_rank = experts // n if experts and experts % n == 0 else 1
     num_tokens, top_k = ids.shape
     expert_of_pair = ids.reshape(-1)
     own = np.bincount(expert_of_pair, minlength=max(experts, 1)).astype(np.int64)
-    # One small exchange of integers: every rank's count per expert, plus an error flag so that
-    # with the check off a rank's bad input still stops every rank instead of hanging them.
-    flag = np.array([0 if call.error is None else 1], dtype=np.int64)
-    row = np.concatenate([own[:experts] if experts else own[:0], flag])
-    gathered = call.transport.allgather_bytes(row.view(np.uint8), "moe.dispatch (counts)").view(np.int64)
+    # The records first, check on or off (their sizes agree whatever the input: the counts'
+    # do only once num_experts does), then every rank's count per expert.
+    call.agree(free_dims=(0,), need_shapes=False)
+    gathered = call.transport.allgather_bytes(own[:experts].view(np.uint8), "moe.dispatch (counts)").view(np.int64)
     call.stats.metadata_exchanges += 1
-    if call.error is not None:
-        raise call.error
-    if gathered[:, -1].any():
-        bad = [int(r) for r in np.nonzero(gathered[:, -1])[0]]
-        raise ReshardError(f"rank {rank}: moe.dispatch: invalid input on rank(s) {bad} (their own error says what)")
-    counts = gathered[:, :-1].reshape(n, experts)
+    counts = gathered.reshape(n, experts)
     kept_counts = _kept_counts(counts, None if capacity is None else cap)
 
     # Source side: pairs sorted by (local expert index l, destination rank, token, slot), so
@@ -277,10 +269,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
                 raise InvalidArgument(f"weights has shape {list(shape)}; dispatch routed {list(want)} (tokens, slots)")
             if type(weights).__module__.split(".")[0] != type(expert_outputs).__module__.split(".")[0]:
                 raise InvalidArgument("weights and expert_outputs must both be torch tensors or both numpy arrays")
-    if call.check:
-        call.agree(free_dims=(0,), need_shapes=False)
-    elif call.error is not None:
-        raise call.error
+    call.agree(free_dims=(0,), need_shapes=False)  # check on or off: a disagreement never moves data
     # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
     back = _exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")
     num_tokens, top_k = handle.num_tokens, handle.top_k

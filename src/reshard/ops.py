@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from . import execute
 from .arrays import dtype_name
 from .call import MISS, Call, wants_grad
@@ -147,54 +149,61 @@ def all_to_all_v(
       x: ``[T, *F]`` with ``T == sum(send_counts)``; ``F`` (any trailing dims, maybe none)
         and the dtype agree across ranks. Zero counts are fine.
       send_counts: one int per rank.
-      recv_counts: this rank's receive counts when already known (e.g. the ``recv_counts`` of the
-        forward exchange, for the reverse one): with ``check=False`` no count exchange runs at all.
+      recv_counts: what this rank expects from each rank, when known (e.g. the ``send_counts`` of
+        the forward exchange, for the reverse one): checked against what the ranks send it.
 
     Returns:
       ``(received, recv_counts)``: ``received`` is ``[sum_i send_counts_i[r], *F]`` (rank i's rows
       for this rank, in rank order) and ``recv_counts[i] = send_counts_i[r]``, so the reverse
       exchange is ``all_to_all_v(y, recv_counts, recv_counts=send_counts)``. numpy in, numpy out.
 
-    The counts travel as one small exchange of integers (inside the check's exchange when the
-    check is on) and are validated as a whole matrix: every rank raises, naming the ranks.
+    The counts travel as one small exchange of integers (with the check's records, on or off)
+    and are validated as a whole matrix: every rank raises, naming the ranks. The backward pass
+    moves no counts at all.
     """
     call = Call("all_to_all_v", x, comm, check)
+    n = call.size
     counts: tuple[int, ...] = ()
-    known = None
+    claim = np.zeros(n + 1, dtype=np.int64)  # [whether recv_counts were passed, *recv_counts]
     with call.validating():
         call.take_input()
-        counts = _sizes_arg(send_counts, call.x.shape[0], call.size, "send_counts")
+        counts = _sizes_arg(send_counts, call.x.shape[0], n, "send_counts")
         call.record.split_sizes = counts
         if recv_counts is not None:
-            known = _counts_arg(recv_counts, call.size, "recv_counts")
-    if known is not None and not call.check and call.error is None:
-        matrix = None
-    else:
-        call.agree(free_dims=(0,), per_rank_splits=True)
-        matrix = [r.split_sizes for r in call.records]
-    rank, n = call.rank, call.size
-    got = list(known) if matrix is None else [matrix[i][rank] for i in range(n)]
-    if matrix is not None and known is not None and tuple(known) != tuple(got):
-        raise MismatchError(
-            f"rank {rank}: all_to_all_v: recv_counts {list(known)} were passed, but the ranks send this "
-            f"rank {got} (send_counts per rank: {[list(m) for m in matrix]})"
-        )
-    trail = list(call.x.shape[1:])
-    xt = call.x
-    started = call.stats.begin_step()
-    out = exchange_packed(call, contiguous(call, xt).reshape(-1), [[k, *trail] for k in counts],
-                          [[k, *trail] for k in got], [sum(got), *trail], 0, xt)
-    call.stats.end_step("all_to_all_v", started)
+            claim[0], claim[1:] = 1, _counts_arg(recv_counts, n, "recv_counts")
+    call.agree(free_dims=(0,), per_rank_splits=True, extra=claim)
+    matrix = [r.split_sizes for r in call.records]
+    claims = call.extra_gathered
+    wrong = [i for i in range(n) if claims[i, 0] and [int(c) for c in claims[i, 1:]] != [matrix[j][i] for j in range(n)]]
+    if wrong:
+        said = "; ".join(f"rank {i} expects {[int(c) for c in claims[i, 1:]]} but is sent {[matrix[j][i] for j in range(n)]}"
+                         for i in wrong)
+        raise MismatchError(f"all_to_all_v: recv_counts disagree with what the ranks send: {said}")
+    got = [matrix[i][call.rank] for i in range(n)]
+    out = _exchange_v(call, list(counts), got)
     if wants_grad(x):
         from . import autograd
 
         comm_, sent = call.comm, list(counts)
 
-        def reverse(g: Array) -> Array:
-            return all_to_all_v(g, got, comm_, recv_counts=sent, check=False)[0]
+        def reverse(g: Array) -> Array:  # the counts are the forward's, agreed already
+            back = Call("all_to_all_v (backward)", g, comm_, False)
+            back.take_input()
+            return _exchange_v(back, got, sent)
 
         out = autograd.attach(x, out, reverse)
     return call.result(out), got
+
+
+def _exchange_v(call: Call, send: list[int], recv: list[int]) -> Array:
+    """Rows of ``call.x`` out by ``send``, in by ``recv`` (counts every rank agreed on)."""
+    xt = call.x
+    trail = list(xt.shape[1:])
+    started = call.stats.begin_step()
+    out = exchange_packed(call, contiguous(call, xt).reshape(-1), [[k, *trail] for k in send],
+                          [[k, *trail] for k in recv], [sum(recv), *trail], 0, xt)
+    call.stats.end_step("all_to_all_v", started)
+    return out
 
 
 def all_gather(x: Array, dim: int = 0, comm: Comm | None = None, *, check: bool | None = None) -> Array:
@@ -322,7 +331,8 @@ def redistribute(
     ============================  ==============================================
 
     With ``global_shape=None`` the shards' lengths are learned in one small exchange of
-    integers; given, no metadata moves (and ``check=False`` then makes no extra round at all).
+    integers; given, no metadata moves, and with ``check=False`` a repeated call makes no
+    extra round at all (the first call of a signature always agrees).
     """
     call = Call("redistribute", x, comm, check, ("src", "dst"))
     replayed = call.replay((src, dst, global_shape))
@@ -349,8 +359,6 @@ def redistribute(
                 _check_reducible(call.arrays, call.x, op)
             if isinstance(d_pl, Partial) and isinstance(s_pl, Shard) and d_pl.op == "avg":
                 raise InvalidArgument("Shard -> Partial('avg') cannot be exact; use Partial('sum')")
-    if call.error is not None and not call.check:
-        raise call.error
     src_shard = s_pl.dim if isinstance(s_pl, Shard) else None
     free = () if src_shard is None else (src_shard,)
     if s_pl == d_pl:
