@@ -118,7 +118,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     },
     "cli.error": {"en": "error: {error}", "ko": "오류: {error}"},
     "cli.wrote": {"en": "wrote {path} ({what})", "ko": "{path} 작성 ({what})"},
-    "cli.png": {"en": "PNG picture: each collective before and after", "ko": "PNG 그림: 각 collective의 전과 후"},
+    "cli.png": {"en": "PNG picture: before and after", "ko": "PNG 그림: 전과 후"},
     "cli.html": {"en": "HTML page: open it in a browser to play each exchange; add #final for the last frame",
                  "ko": "HTML 페이지: 브라우저에서 열면 교환을 재생한다; #final을 붙이면 마지막 장면"},
     "explain.sums": {"en": "the sum of the {ranks} ranks' partial values, {cols}",

@@ -43,8 +43,8 @@ def draw_png(path: str, scenes: Sequence[Scene], title: str) -> None:
     from matplotlib.patches import Patch
 
     n = scenes[0].n
-    fig, axes = plt.subplots(len(scenes), 2, figsize=(2 * (0.6 + 0.75 * n * (n + 1)), 0.6 + (0.9 + 0.75 * n) * len(scenes)),
-                             squeeze=False)
+    height = 1.2 + (0.9 + 0.75 * n) * len(scenes)  # inches; the legend takes about the last 0.7
+    fig, axes = plt.subplots(len(scenes), 2, figsize=(2 * (0.6 + 0.75 * n * (n + 1)), height), squeeze=False)
     for row, scene in zip(axes, scenes):
         for ax, (when, cells) in zip(row, (("before", scene.before), ("after", scene.after))):
             _draw_boxes(ax, scene, cells)
@@ -57,7 +57,7 @@ def draw_png(path: str, scenes: Sequence[Scene], title: str) -> None:
                       ("||" if s == "sum" else None), label=words[s]) for s in styles]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=9, frameon=False)
     fig.suptitle(title, fontsize=12)
-    fig.tight_layout(rect=(0, 0.06 if len(handles) <= 3 else 0.09, 1, 0.97))
+    fig.tight_layout(rect=(0, 0.75 / height, 1, 1 - 0.3 / height))
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
