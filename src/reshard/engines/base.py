@@ -53,6 +53,7 @@ class Engine(Protocol):
     size: int
     timeout: float
     arrays_name: str  # the array library its buffers are in ("torch" or "numpy")
+    arrays: Any  # that library's array backend (``reshard.arrays``)
 
     def alltoallv(self, recv: Any, send: Any, recv_counts: Sequence[int], send_counts: Sequence[int], what: str) -> None:
         """1-D uint8 ``send`` segment j to rank j; rank i's segment into ``recv`` segment i."""
