@@ -343,3 +343,21 @@ def nocheck_change_after_replay(comm, sleep_s):
         x = np.ones((2, cols), np.float32)
         got.append(tuple(rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=g, check=False).shape))
     return got
+
+
+def mesh_subs(comm, shape, engine_check):
+    """On a mesh of ``shape``: for every mesh dim, an all_to_all and an all_gather on that dim's
+    sub-communicator (check on), compared with numpy; returns (coord, sub ranks and sizes, ok)."""
+    mesh = rs.Mesh(shape, comm=comm)
+    report = []
+    for m in range(len(shape)):
+        sub = mesh.sub(m)
+        members = mesh.group_of(m)
+        k = sub.size
+        full = pattern((k * 2, k * 3), "float32")  # one tensor per sub-group, rows sharded over it
+        x = rs.local_shard(full, rs.Shard(0), sub.rank, k)
+        y = rs.all_to_all(x, split_dim=1, concat_dim=0, comm=sub)
+        g = rs.all_gather(x, 0, comm=sub)
+        ok = bool(np.array_equal(y, rs.local_shard(full, rs.Shard(1), sub.rank, k)) and np.array_equal(g, full))
+        report.append((sub.rank, sub.size, members, ok))
+    return mesh.coord, report

@@ -24,6 +24,7 @@ LAYERS = [
     ["engines.gloo_pairwise", "engines.mpi_forms"],
     ["engines.torch_engine", "engines.mpi_engine", "engines"],
     ["comm"],
+    ["mesh"],
     ["call"],
     ["execute", "autograd"],
     ["ops"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import CommTimeout, InvalidArgument, MismatchError, RankFailed, ReshardError, UnsupportedDType
-from .layout import Partial, Replicate, Shard, local_shard, parse_placement, shard_sizes
+from .layout import Partial, Replicate, Shard, local_shard, parse_placement, parse_placements, shard_sizes
 from .meta import VERSION
 
 __version__ = VERSION
@@ -17,14 +17,14 @@ __version__ = VERSION
 _LAZY = {
     "all_to_all": "ops", "all_to_all_v": "ops", "all_gather": "ops", "gather": "ops", "reduce_scatter": "ops",
     "all_reduce": "ops", "redistribute": "ops", "last_exchange": "ops",
-    "init": "comm", "Comm": "comm",
+    "init": "comm", "Comm": "comm", "Mesh": "mesh",
     "spawn": "launch",
     "plan": "plan",
     "moe": "moe",
 }
 
 __all__ = [
-    "Shard", "Replicate", "Partial", "shard_sizes", "local_shard", "parse_placement",
+    "Shard", "Replicate", "Partial", "shard_sizes", "local_shard", "parse_placement", "parse_placements",
     "ReshardError", "InvalidArgument", "UnsupportedDType", "MismatchError", "RankFailed", "CommTimeout",
     *_LAZY,
 ]

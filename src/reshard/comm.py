@@ -39,6 +39,7 @@ class Comm:
         self.timeout: float = timeout
         self.replay_cache: dict = {}  # call signature -> what its first call worked out (call.py)
         self.activity: Any = None  # an activity.Activity where rs.spawn watches this rank
+        self.children: list[Comm] = []  # communicators made from this one (mesh dims), closed with it
 
     @property
     def group(self) -> Any:
@@ -57,6 +58,9 @@ class Comm:
 
     def close(self) -> None:
         global _current
+        for child in self.children:
+            child.transport.close()
+        self.children.clear()
         release_buffers()
         self.replay_cache.clear()
         self.transport.close()

@@ -142,14 +142,64 @@ def _zeros_like(full: Any) -> Any:
     return np.zeros_like(full)
 
 
-def local_shard(full: Any, placement: Placement, rank: int, size: int) -> Any:
-    """What ``rank`` of ``size`` holds of ``full`` (numpy array or torch tensor) under ``placement``.
+def parse_placements(spec: Any) -> tuple[Placement, ...]:
+    """One placement per mesh dim, from a sequence of placements or text such as ``"S(0),S(1)"``
+    (torch's ``Shard``/``Replicate``/``Partial`` are read too)."""
+    if isinstance(spec, str):
+        parts = [p for p in re.split(r",(?![^(]*\))", spec) if p.strip()]
+        return tuple(parse_placement(p) for p in parts)
+    if isinstance(spec, (Shard, Replicate, Partial)):
+        return (spec,)
+    try:
+        items = list(spec)
+    except TypeError:
+        raise InvalidArgument(f"placements must be a sequence with one placement per mesh dim, got {spec!r}") from None
+    return tuple(parse_placement(_from_torch(p)) for p in items)
 
-    ``Shard(d)``: a view of ``full`` sliced along ``d`` by the balanced rule.
-    ``Replicate()``: ``full`` itself.
-    ``Partial(op)``: for ``sum``, rank 0 holds ``full`` and the others zeros (they sum to
-    ``full``); for ``avg``, ``max`` and ``min`` every rank holds ``full``.
+
+def _from_torch(p: Any) -> Any:
+    """torch.distributed.tensor's Shard/Replicate/Partial as ours (by name: no torch import)."""
+    kind = type(p).__name__
+    if type(p).__module__.startswith("torch.") and kind in ("Shard", "Replicate", "Partial"):
+        if kind == "Shard":
+            return Shard(int(p.dim))
+        if kind == "Replicate":
+            return Replicate()
+        return Partial(str(getattr(p, "reduce_op", "sum")))
+    return p
+
+
+def mesh_region(global_shape: Sequence[int], placements: Sequence[Placement], coord: Sequence[int],
+                mesh_shape: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """Per dim ``[start, stop)`` of what the rank at ``coord`` of a mesh holds.
+
+    A tensor dim sharded by several mesh dims is split by the earlier mesh dim first, then each
+    piece by the next (DTensor's default order), each split by the balanced rule. Replicate and
+    Partial mesh dims do not cut.
     """
+    region = [(0, int(n)) for n in global_shape]
+    for m, p in enumerate(placements):
+        if isinstance(p, Shard):
+            d = normalize_dim(p.dim, len(region), "Shard.dim")
+            start, stop = region[d]
+            a, b = shard_range(stop - start, int(mesh_shape[m]), int(coord[m]))
+            region[d] = (start + a, start + b)
+    return tuple(region)
+
+
+def local_shard(full: Any, placement: Any, rank: Any, size: Any) -> Any:
+    """What a rank holds of ``full`` (numpy array or torch tensor) under ``placement``.
+
+    1-D world: ``local_shard(full, placement, rank, size)``. On a mesh:
+    ``local_shard(full, placements, coord, mesh_shape)``, one placement per mesh dim.
+
+    ``Shard(d)``: a view of ``full`` sliced along ``d`` by the balanced rule (nested on a mesh,
+    earlier mesh dims first). ``Replicate()``: no cut. ``Partial(op)``: for ``sum``, the rank at
+    coordinate 0 of that mesh dim holds the values and the others zeros (they sum to ``full``);
+    for ``avg``, ``max`` and ``min`` every rank holds them.
+    """
+    if isinstance(placement, (tuple, list)) or isinstance(size, (tuple, list)) or isinstance(rank, (tuple, list)):
+        return _local_shard_mesh(full, placement, rank, size)
     rank = check_int("rank", rank)
     size = check_int("size", size)
     if size < 1 or not 0 <= rank < size:
@@ -162,6 +212,24 @@ def local_shard(full: Any, placement: Placement, rank: int, size: int) -> Any:
     if isinstance(placement, Partial) and placement.op == "sum" and rank != 0:
         return _zeros_like(full)
     return full
+
+
+def _local_shard_mesh(full: Any, placements: Any, coord: Any, mesh_shape: Any) -> Any:
+    placements = parse_placements(placements)
+    try:
+        coord = tuple(check_int(f"coord[{i}]", c) for i, c in enumerate(coord))
+        mesh_shape = tuple(check_int(f"mesh_shape[{i}]", s) for i, s in enumerate(mesh_shape))
+    except TypeError:
+        raise InvalidArgument(f"on a mesh, coord and mesh_shape are sequences, got {coord!r} and {mesh_shape!r}") from None
+    if not len(placements) == len(coord) == len(mesh_shape):
+        raise InvalidArgument(f"{len(placements)} placements, coordinate {list(coord)} and mesh shape {list(mesh_shape)} "
+                              "must have one entry per mesh dim")
+    if any(s < 1 for s in mesh_shape) or any(not 0 <= c < s for c, s in zip(coord, mesh_shape)):
+        raise InvalidArgument(f"coordinate {list(coord)} is not on a mesh of shape {list(mesh_shape)}")
+    region = mesh_region(full.shape, placements, coord, mesh_shape)
+    view = full[tuple(slice(a, b) for a, b in region)]
+    zero = any(isinstance(p, Partial) and p.op == "sum" and c != 0 for p, c in zip(placements, coord))
+    return _zeros_like(view) if zero else view
 
 
 _SHARD_RE = re.compile(r"^\s*(?:Shard|S)\s*\(\s*(-?\d+)\s*\)\s*$", re.IGNORECASE)

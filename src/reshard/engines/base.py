@@ -77,6 +77,9 @@ class Engine(Protocol):
     def exchange_pairs(self, recvs: Sequence[tuple[int, Any]], sends: Iterable[tuple[int, Any]], what: str) -> None:
         """Point-to-point messages (engines without them raise NotImplementedError)."""
 
+    def subgroup(self, groups: Sequence[Sequence[int]]) -> Engine:
+        """Collective: the engine of this rank's group among ``groups`` (disjoint, covering)."""
+
     def barrier(self) -> None: ...
 
     def close(self) -> None: ...

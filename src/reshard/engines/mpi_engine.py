@@ -204,6 +204,15 @@ class MPIEngine:
     def exchange_pairs(self, recvs: Any, sends: Any, what: str) -> None:
         raise NotImplementedError("the MPI engine moves pieces with Alltoallv/Alltoallw, not point-to-point")
 
+    def subgroup(self, groups: Sequence[Sequence[int]]) -> MPIEngine:
+        """Collective: this rank's communicator among ``groups`` (disjoint, covering), by Split."""
+        color = next(i for i, members in enumerate(groups) if self.rank in members)
+        key = list(groups[color]).index(self.rank)
+        with self._guard("Split"):
+            sub = self.mpi_comm.Split(color, key)
+        sub.Set_errhandler(MPI.ERRORS_RETURN)
+        return MPIEngine(sub, self.timeout, owns=True)
+
     def barrier(self) -> None:
         with self._guard("barrier"):
             req = self.mpi_comm.Ibarrier()

@@ -136,6 +136,20 @@ class TorchEngine:
         self.allgather(out, src, what)
         return out.cpu().numpy().reshape(self.size, -1)
 
+    def subgroup(self, groups: Sequence[Sequence[int]]) -> TorchEngine:
+        """Collective: one process group per list of ``groups`` (disjoint ranks of this group,
+        covering it); returns this rank's. Every rank creates every group, in the same order,
+        as ``torch.distributed.new_group`` requires."""
+        mine = None
+        with self._guard("new_group"):
+            for members in groups:
+                ranks = [dist.get_global_rank(self.group, r) for r in members] if self.group is not dist.group.WORLD else list(members)
+                g = dist.new_group(ranks, timeout=datetime.timedelta(seconds=self.timeout))
+                if self.rank in members:
+                    mine = (g, list(members).index(self.rank), len(members))
+        group, rank, size = mine
+        return TorchEngine(group, rank, size, self.name, self.timeout, owns_group=False)
+
     def barrier(self) -> None:
         with self._guard("barrier"):
             dist.barrier(group=self.group)
