@@ -361,3 +361,67 @@ def mesh_subs(comm, shape, engine_check):
         ok = bool(np.array_equal(y, rs.local_shard(full, rs.Shard(1), sub.rank, k)) and np.array_equal(g, full))
         report.append((sub.rank, sub.size, members, ok))
     return mesh.coord, report
+
+
+def mesh_partial_input(full, placements, coord, mesh_shape):
+    """This rank's part of ``full`` laid out as ``placements``, with non-trivial partial sums:
+    over the ranks along the Partial(sum) mesh dims, the first holds full - (G-1) * 7 and the
+    other G-1 hold 7 (max and min partials hold the values themselves)."""
+    sums = [m for m, p in enumerate(placements) if isinstance(p, rs.Partial) and p.op == "sum"]
+    whole = [rs.Replicate() if isinstance(p, rs.Partial) else p for p in placements]
+    base = np.array(rs.local_shard(full, whole, coord, mesh_shape))
+    if not sums:
+        return base
+    group = int(np.prod([mesh_shape[m] for m in sums]))
+    first = all(coord[m] == 0 for m in sums)
+    return base - (group - 1) * 7 if first else np.full_like(base, 7)
+
+
+def mesh_pairs(comm, mesh_shape, shape, pairs, arrays):
+    """redistribute on a mesh for every (src, dst) pair (each twice: the second a replay);
+    returns per pair the result, the steps run and whether the replay matched."""
+    mesh = rs.Mesh(mesh_shape, comm=comm)
+    full = pattern(shape, "int64")
+    out = []
+    for src, dst in pairs:
+        src, dst = rs.parse_placements(src), rs.parse_placements(dst)
+        x = mesh_partial_input(full, src, mesh.coord, mesh_shape)
+        if arrays == "torch":
+            import torch
+
+            x = torch.from_numpy(np.ascontiguousarray(x))
+        y1 = rs.redistribute(x, src, dst, mesh=mesh)
+        steps = [(s.collective, s.bytes_sent, s.bytes_received) for s in rs.last_exchange().steps]
+        y2 = rs.redistribute(x, src, dst, mesh=mesh)
+        same = bool(np.array_equal(np.asarray(y1), np.asarray(y2)))
+        out.append((np.asarray(y1).copy(), steps, same))
+    return mesh.coord, out
+
+
+def dtensor_pairs(comm, mesh_shape, shape, pairs):
+    """For each (src, dst): a DTensor laid out as src by torch, redistributed by reshard and by
+    DTensor itself; returns whether the local shards (and the full tensors) agree."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    device_mesh = init_device_mesh("cpu", mesh_shape)
+    full = torch.from_numpy(pattern(shape, "float32"))
+    out = []
+    for src, dst in pairs:
+        src_t = [_torch_placement(p) for p in rs.parse_placements(src)]
+        dst_t = [_torch_placement(p) for p in rs.parse_placements(dst)]
+        dt = distribute_tensor(full, device_mesh, src_t)
+        ours = rs.redistribute(dt, dst=dst_t)
+        theirs = dt.redistribute(device_mesh, dst_t)
+        same_local = isinstance(ours, DTensor) and tuple(ours.to_local().shape) == tuple(theirs.to_local().shape) and (
+            any(type(p).__name__ == "Partial" for p in dst_t) or torch.equal(ours.to_local(), theirs.to_local()))
+        same_full = torch.equal(ours.full_tensor(), theirs.full_tensor())
+        out.append((src, dst, bool(same_local), bool(same_full), list(ours.placements) == list(theirs.placements)))
+    return out
+
+
+def _torch_placement(p):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    return Shard(p.dim) if isinstance(p, rs.Shard) else Partial(p.op) if isinstance(p, rs.Partial) else Replicate()

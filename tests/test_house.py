@@ -16,7 +16,7 @@ MAX_LINES = 500
 LAYERS = [
     ["errors", "meta"],
     ["layout", "messages"],
-    ["plan", "arrays"],
+    ["plan", "arrays", "mesh_plan"],
     ["stats", "activity"],
     ["buffers", "agreement"],
     ["pieces"],
@@ -27,6 +27,7 @@ LAYERS = [
     ["mesh"],
     ["call"],
     ["execute", "autograd"],
+    ["mesh_ops"],
     ["ops"],
     ["moe"],
     ["launch.settings", "launch.report", "launch.payload"],
@@ -44,7 +45,7 @@ LAYERS = [
     ["cli"],
     ["__main__", ""],
 ]
-PURE = {"layout", "plan", "errors", "messages", "stats", "activity"}
+PURE = {"layout", "plan", "mesh_plan", "errors", "messages", "stats", "activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
 

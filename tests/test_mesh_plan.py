@@ -82,3 +82,14 @@ def test_every_pair_on_the_issue_meshes_stays_at_the_lower_bound():
                 plan = BoxExchange((5, 6, 3), src, dst, mesh_shape)
                 _, received = plan.bytes_per_rank(1)
                 assert received == [plan.lower_bound(q) for q in range(plan.size)], (mesh_shape, src, dst)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(MESHES), st.lists(st.integers(0, 9), min_size=3, max_size=3), st.data())
+def test_totals_without_pairs_equal_the_boxes(mesh_shape, shape, data):
+    from reshard.mesh_plan import exchange_totals
+
+    src = tuple(data.draw(st.sampled_from(MOVABLE)) for _ in mesh_shape)
+    dst = tuple(data.draw(st.sampled_from(MOVABLE)) for _ in mesh_shape)
+    sent, received = BoxExchange(shape, src, dst, mesh_shape).bytes_per_rank(1)
+    assert exchange_totals(shape, src, dst, mesh_shape) == (sent, received), (src, dst)

@@ -78,9 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="plan an exchange without starting ranks")
     plan.add_argument("--shape", type=parse_shape, required=True, help="global shape, e.g. 8192x8192 or 64x32x16")
-    plan.add_argument("--ranks", type=_positive, required=True, help="number of ranks")
-    plan.add_argument("--src", type=_placement, default=Shard(0), help="row, col, replicate, partial or Shard(d) (default row)")
-    plan.add_argument("--dst", type=_placement, default=Shard(1), help="same choices (default col)")
+    where = plan.add_mutually_exclusive_group(required=True)
+    where.add_argument("--ranks", type=_positive, help="number of ranks (a 1-D world)")
+    where.add_argument("--mesh", type=parse_shape, help="a process mesh, e.g. 2x2 or 64x64; then --src and --dst give one placement per mesh dim")
+    plan.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); on a mesh one per mesh dim: 'S(0),S(1)'")
+    plan.add_argument("--dst", default=None, help="same choices (default col); on a mesh one per mesh dim: 'S(1),S(0)'")
     plan.add_argument("--dtype", default="float32", help="element type, for the byte counts (default float32)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
@@ -112,6 +114,8 @@ def _console(no_color: bool = False, stderr: bool = False):
         console.width = max(console.width, 200)  # a pipe or a log: keep every table whole
     return console
 
+
+SMALL_PLAN_RANKS = 256  # above this a 1-D plan is summed up without listing its transfers
 
 # Optional libraries a flag needs, and the extra that installs each: checked before any work.
 NEEDS = {"png": ("matplotlib", "plot"), "engine=mpi": ("mpi4py", "mpi")}
@@ -191,17 +195,41 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .plan import estimate_seconds, make_plan, plan_report
-    from .viz.terminal import render_plan
+    from .layout import parse_placements
+    from .plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
+    from .viz.terminal import render_mesh_plan, render_plan
 
-    plan = make_plan(args.shape, args.src, args.dst, args.ranks, args.dtype)
+    mesh = args.mesh or ((args.ranks,) if args.ranks > SMALL_PLAN_RANKS else None)
+    if mesh is None:
+        src, dst = _placement(args.src or "row"), _placement(args.dst or "col")
+        plan = make_plan(args.shape, src, dst, args.ranks, args.dtype)
+        if args.json:
+            report = plan_report(plan)
+            report["time_estimate_s"] = estimate_seconds(plan, args.alpha, args.beta)
+            report["cost_model"] = {"alpha_s": args.alpha, "beta_s_per_byte": args.beta}
+            print(json.dumps(report, indent=2))
+        else:
+            render_plan(_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
+        return 0
+    from .mesh_plan import plan_summary
+
+    if args.mesh and (args.src is None or args.dst is None):
+        raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
+    src = parse_placements(args.src or "row")
+    dst = parse_placements(args.dst or "col")
+    if args.dtype not in ITEMSIZE:
+        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
+    report = plan_summary(args.shape, src, dst, mesh, ITEMSIZE[args.dtype])
+    report["dtype"] = args.dtype
     if args.json:
-        report = plan_report(plan)
-        report["time_estimate_s"] = estimate_seconds(plan, args.alpha, args.beta)
-        report["cost_model"] = {"alpha_s": args.alpha, "beta_s_per_byte": args.beta}
+        if report["ranks"] > 4096:  # per-rank lists of tens of thousands of numbers: summarised
+            for step in report["steps"]:
+                for key in ("bytes_sent_per_rank", "bytes_received_per_rank"):
+                    v = step.pop(key)
+                    step[key.replace("per_rank", "summary")] = {"min": min(v), "max": max(v), "total": sum(v)}
         print(json.dumps(report, indent=2))
     else:
-        render_plan(_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
+        render_mesh_plan(_console(), report, args.lang)
     return 0
 
 

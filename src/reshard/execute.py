@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .arrays import is_torch, numel
+from .arrays import dtype_name, is_torch, numel
 from .buffers import alloc
 from .engines.base import AllToAllGeometry, CallState, ExchangeRun
-from .layout import offsets, shard_sizes
+from .errors import InvalidArgument, UnsupportedDType
+from .layout import REDUCE_OPS, offsets, shard_sizes
 from .pieces import data_ptr, exchange_packed, narrow, pack, segments, with_dim
 from .plan import Plan, Step
 
@@ -107,6 +108,18 @@ def reduce_scatter_core(call: CallState, x: Array, d: int, op: str) -> Array:
     stacked = exchange_packed(call, send, send_shapes, [piece_shape] * n, [n * piece_shape[0], *piece_shape[1:]], 0, x)
     call.stats.allocated_bytes += numel(piece_shape) * arrays.itemsize(x)  # the accumulator
     return arrays.stack_reduce(stacked.reshape((n, *piece_shape)), op)
+
+
+def check_reducible(arrays: Any, x: Array, op: str) -> None:
+    if op not in REDUCE_OPS:
+        raise InvalidArgument(f"op must be one of {REDUCE_OPS}, got {op!r}")
+    is_float, is_complex, is_bool = arrays.dtype_info(x)
+    if is_bool and op in ("sum", "avg"):
+        raise UnsupportedDType(f"cannot {op} bool values (use max for 'any' or min for 'all')")
+    if is_complex and op in ("max", "min"):
+        raise UnsupportedDType(f"complex values have no order, so op={op!r} is undefined for {dtype_name(x)}")
+    if op == "avg" and not (is_float or is_complex):
+        raise UnsupportedDType(f"op='avg' needs a floating or complex dtype, got {dtype_name(x)} (use sum)")
 
 
 def to_partial(call: CallState, full: Array, op: str) -> Array:

@@ -106,11 +106,28 @@ def offsets(sizes: Sequence[int]) -> list[int]:
     return out
 
 
-def shard_range(length: int, parts: int, index: int) -> tuple[int, int]:
-    """``[start, stop)`` of piece ``index`` under the balanced rule."""
-    sizes = shard_sizes(length, parts)
-    start = sum(sizes[:index])
-    return start, start + sizes[index]
+SPLIT_RULES = ("balanced", "chunk")
+
+
+def split_sizes(length: int, parts: int, rule: str = "balanced") -> list[int]:
+    """Piece sizes under ``rule``: ``balanced`` (the first ``length % parts`` get one more) or
+    ``chunk`` (torch.chunk's, which PyTorch DTensor uses: pieces of ``ceil(length / parts)``,
+    the last ones shorter or empty)."""
+    if rule == "balanced":
+        return shard_sizes(length, parts)
+    step = -(-length // parts) if parts else 0
+    return [max(0, min(step, length - i * step)) for i in range(parts)]
+
+
+def shard_range(length: int, parts: int, index: int, rule: str = "balanced") -> tuple[int, int]:
+    """``[start, stop)`` of piece ``index`` under ``rule`` (O(1): no list of sizes)."""
+    if rule == "chunk":
+        step = -(-length // parts)
+        start = min(length, index * step)
+        return start, min(length, start + step)
+    base, extra = divmod(length, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
 
 
 def local_shape(global_shape: Sequence[int], placement: Placement, rank: int, size: int) -> tuple[int, ...]:
@@ -170,7 +187,7 @@ def _from_torch(p: Any) -> Any:
 
 
 def mesh_region(global_shape: Sequence[int], placements: Sequence[Placement], coord: Sequence[int],
-                mesh_shape: Sequence[int]) -> tuple[tuple[int, int], ...]:
+                mesh_shape: Sequence[int], rule: str = "balanced") -> tuple[tuple[int, int], ...]:
     """Per dim ``[start, stop)`` of what the rank at ``coord`` of a mesh holds.
 
     A tensor dim sharded by several mesh dims is split by the earlier mesh dim first, then each
@@ -182,7 +199,7 @@ def mesh_region(global_shape: Sequence[int], placements: Sequence[Placement], co
         if isinstance(p, Shard):
             d = normalize_dim(p.dim, len(region), "Shard.dim")
             start, stop = region[d]
-            a, b = shard_range(stop - start, int(mesh_shape[m]), int(coord[m]))
+            a, b = shard_range(stop - start, int(mesh_shape[m]), int(coord[m]), rule)
             region[d] = (start + a, start + b)
     return tuple(region)
 
@@ -251,7 +268,7 @@ def parse_placement(spec: Any) -> Placement:
         return Shard(1)
     if lowered in ("replicate", "replicate()", "r"):
         return Replicate()
-    if lowered == "partial":
+    if lowered in ("partial", "p"):
         return Partial()
     if m := _SHARD_RE.match(text):
         return Shard(int(m.group(1)))

@@ -117,6 +117,20 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "ko": "예상 시간: {ms} ms (alpha-beta 모델: 메시지당 alpha {alpha:g} us, 바이트당 beta {beta:g} ns)",
     },
     "cli.error": {"en": "error: {error}", "ko": "오류: {error}"},
+    "meshplan.head": {
+        "en": "redistribute ({src}) -> ({dst}) of [{shape}] {dtype} on mesh {mesh} ({ranks} ranks):",
+        "ko": "[{shape}] {dtype}를 mesh {mesh}(rank {ranks}개)에서 ({src}) -> ({dst})로 redistribute:",
+    },
+    "meshplan.nothing": {"en": "nothing moves: every rank already holds its part", "ko": "움직이는 것 없음: 모든 rank가 이미 자기 몫을 가진다"},
+    "meshplan.step": {
+        "en": "  {k}. {collective} over {over}: each rank sends {low} to {high} ({total} in all), receives at most {most_in}",
+        "ko": "  {k}. {over}에서 {collective}: rank마다 {low}~{high} 송신 (전체 {total}), 최대 {most_in} 수신",
+    },
+    "meshplan.bound": {
+        "en": "exchange: {total} on the wire; lower bound {bound} (what the ranks need and do not hold)",
+        "ko": "교환: 전송량 {total}; 하한 {bound} (rank들이 필요하지만 갖지 않은 것)",
+    },
+    "meshplan.matrix": {"en": "traffic matrix (row: sender, column: receiver):", "ko": "트래픽 행렬 (행: 송신, 열: 수신):"},
     "cli.wrote": {"en": "wrote {path} ({what})", "ko": "{path} 작성 ({what})"},
     "cli.png": {"en": "PNG picture: before and after", "ko": "PNG 그림: 전과 후"},
     "cli.html": {"en": "HTML page: open it in a browser to play each exchange; add #final for the last frame",

@@ -18,8 +18,9 @@ from . import execute
 from .arrays import dtype_name
 from .call import MISS, Call, wants_grad
 from .comm import Comm
-from .errors import InvalidArgument, MismatchError, UnsupportedDType
+from .errors import InvalidArgument, MismatchError
 from .layout import REDUCE_OPS, Partial, Shard, check_int, normalize_dim, parse_placement, shard_sizes
+from .mesh import Mesh
 from .pieces import contiguous, exchange_packed, with_dim
 from .plan import make_plan
 from .stats import ExchangeStats, last_exchange
@@ -246,18 +247,6 @@ def gather(x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, ch
     return call.result(call.run_and_remember(lambda k, xt: execute.gather_core(k, xt, d, shapes, root), "gather"))
 
 
-def _check_reducible(arrays: Any, x: Array, op: str) -> None:
-    if op not in REDUCE_OPS:
-        raise InvalidArgument(f"op must be one of {REDUCE_OPS}, got {op!r}")
-    is_float, is_complex, is_bool = arrays.dtype_info(x)
-    if is_bool and op in ("sum", "avg"):
-        raise UnsupportedDType(f"cannot {op} bool values (use max for 'any' or min for 'all')")
-    if is_complex and op in ("max", "min"):
-        raise UnsupportedDType(f"complex values have no order, so op={op!r} is undefined for {dtype_name(x)}")
-    if op == "avg" and not (is_float or is_complex):
-        raise UnsupportedDType(f"op='avg' needs a floating or complex dtype, got {dtype_name(x)} (use sum)")
-
-
 def reduce_scatter(
     x: Array, dim: int = 0, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None
 ) -> Array:
@@ -274,7 +263,7 @@ def reduce_scatter(
     with call.validating():
         call.take_input()
         d = normalize_dim(dim, call.x.ndim, "dim")
-        _check_reducible(call.arrays, call.x, op)
+        execute.check_reducible(call.arrays, call.x, op)
         call.record.args = (d, REDUCE_OPS.index(op))
     call.agree(need_shapes=False)
     return call.result(call.run_and_remember(lambda k, xt: execute.reduce_scatter_core(k, xt, d, op), "reduce_scatter"))
@@ -292,7 +281,7 @@ def all_reduce(x: Array, op: str = "sum", comm: Comm | None = None, *, check: bo
         return replayed
     with call.validating():
         call.take_input(need_dims=False)
-        _check_reducible(call.arrays, call.x, op)
+        execute.check_reducible(call.arrays, call.x, op)
         call.record.args = (REDUCE_OPS.index(op),)
     call.agree(need_shapes=False)
     plan = make_plan(tuple(call.x.shape), Partial(op), "replicate", call.size, itemsize=call.arrays.itemsize(call.x))
@@ -312,7 +301,7 @@ def _placement_code(p: Any, ndim: int) -> int:
 
 def redistribute(
     x: Array, src: Any = Shard(0), dst: Any = Shard(1), comm: Comm | None = None,
-    global_shape: Sequence[int] | None = None, *, check: bool | None = None,
+    global_shape: Sequence[int] | None = None, *, mesh: Mesh | None = None, check: bool | None = None,
 ) -> Array:
     """Change the layout of a distributed tensor from placement ``src`` to ``dst``.
 
@@ -330,10 +319,26 @@ def redistribute(
     same -> same                  nothing (``x`` itself is returned)
     ============================  ==============================================
 
+    On a process mesh (``mesh=rs.Mesh(...)``), ``src`` and ``dst`` give one placement per mesh
+    dim, and the change runs as the reductions of Partial sources on their mesh dims, then one
+    exchange in which each rank receives only what it needs and does not hold. A PyTorch DTensor
+    in gives a DTensor out (``rs.redistribute(dtensor, dst=...)``): its mesh and placements are
+    the source, and its shards keep DTensor's own split rule.
+
     With ``global_shape=None`` the shards' lengths are learned in one small exchange of
     integers; given, no metadata moves, and with ``check=False`` a repeated call makes no
     extra round at all (the first call of a signature always agrees).
     """
+    if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
+        from .mesh_ops import redistribute_dtensor
+
+        return redistribute_dtensor(x, dst, check)
+    if mesh is not None:
+        from .mesh_ops import redistribute_mesh
+
+        return redistribute_mesh(x, src, dst, mesh, global_shape, check)
+    if isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list)):
+        raise InvalidArgument("src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))")
     call = Call("redistribute", x, comm, check, ("src", "dst"))
     replayed = call.replay((src, dst, global_shape))
     if replayed is not MISS:
@@ -356,7 +361,7 @@ def redistribute(
         if isinstance(s_pl, Partial) or isinstance(d_pl, Partial) and d_pl != s_pl:
             op = s_pl.op if isinstance(s_pl, Partial) else d_pl.op
             if isinstance(s_pl, Partial) and not (isinstance(d_pl, Partial) and d_pl == s_pl):
-                _check_reducible(call.arrays, call.x, op)
+                execute.check_reducible(call.arrays, call.x, op)
             if isinstance(d_pl, Partial) and isinstance(s_pl, Shard) and d_pl.op == "avg":
                 raise InvalidArgument("Shard -> Partial('avg') cannot be exact; use Partial('sum')")
     src_shard = s_pl.dim if isinstance(s_pl, Shard) else None

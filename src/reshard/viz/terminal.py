@@ -160,3 +160,25 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float =
     console.print(say("plan.memory", lang, before=human_bytes(worst["before"]), peak=human_bytes(worst["peak"]),
                       after=human_bytes(worst["after"]), pack=plan.pack_copies, unpack=plan.unpack_copies))
     console.print(say("plan.time", lang, ms=f"{estimate_seconds(plan, alpha, beta) * 1e3:.3f}", alpha=alpha * 1e6, beta=beta * 1e9))
+
+
+def render_mesh_plan(console: Any, report: dict, lang: str = "en") -> None:
+    """A mesh plan as text: the change, each step with its bytes per rank, the lower bound."""
+    mesh = "x".join(str(s) for s in report["mesh"])
+    console.print(say("meshplan.head", lang, src=", ".join(report["src"]), dst=", ".join(report["dst"]),
+                      shape=" x ".join(str(s) for s in report["global_shape"]), dtype=report["dtype"], mesh=mesh,
+                      ranks=report["ranks"]))
+    if not report["steps"]:
+        console.print("  " + say("meshplan.nothing", lang))
+    for k, step in enumerate(report["steps"], 1):
+        sent, received = step["bytes_sent_per_rank"], step["bytes_received_per_rank"]
+        console.print(say("meshplan.step", lang, k=k, collective=step["collective"], over=step["over"],
+                          low=human_bytes(min(sent)), high=human_bytes(max(sent)), total=human_bytes(sum(sent)),
+                          most_in=human_bytes(max(received))))
+    console.print(say("meshplan.bound", lang, total=human_bytes(report["exchange_bytes_total"]),
+                      bound=human_bytes(report["exchange_lower_bound_bytes"])))
+    matrix = report.get("traffic_matrix")
+    if matrix:
+        console.print(say("meshplan.matrix", lang))
+        for r, row in enumerate(matrix):
+            console.print(f"  rank {r}: " + "  ".join(human_bytes(v).rjust(9) for v in row))

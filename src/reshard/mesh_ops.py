@@ -1,0 +1,214 @@
+"""``redistribute`` on a process mesh: validate and agree on the mesh's communicator, then run
+the ``MeshPlan``: the reductions of Partial sources on their mesh dims' sub-communicators, one
+exchange of boxes over the whole mesh (each element a rank needs and does not hold, once),
+and the fill of Partial destinations."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from . import execute
+from .buffers import alloc, scratch
+from .call import MISS, Call, wants_grad
+from .errors import InvalidArgument, MismatchError
+from .layout import Partial, Replicate, Shard, check_int, mesh_region, normalize_dim, parse_placements
+from .mesh import Mesh
+from .mesh_plan import Box, MeshPlan, box_size
+from .plan import make_plan
+
+Array = Any
+
+
+def _code(placements: tuple) -> int:
+    """The placements as one integer for the agreement record (any mesh size)."""
+    return zlib.crc32(repr(placements).encode()) & 0x7FFFFFFF
+
+
+def redistribute_mesh(x: Array, src: Any, dst: Any, mesh: Mesh, global_shape: Any, check: bool | None,
+                      rule: str = "balanced") -> Array:
+    """``x`` (this rank's part under ``src``) as its part under ``dst``, on ``mesh``; shards
+    split by ``rule`` (``balanced``, or ``chunk`` as PyTorch DTensor splits)."""
+    call = Call("redistribute", x, mesh.comm, check, ("src", "dst", "mesh"))
+    replayed = call.replay((tuple(parse_placements(src)), tuple(parse_placements(dst)), global_shape, mesh.shape, rule))
+    if replayed is not MISS:
+        return replayed
+    s_pl = d_pl = ()
+    gshape = None
+    with call.validating():
+        s_pl, d_pl = parse_placements(src), parse_placements(dst)
+        if len(s_pl) != mesh.ndim or len(d_pl) != mesh.ndim:
+            raise InvalidArgument(f"src {list(s_pl)} and dst {list(d_pl)} need one placement per mesh dim ({mesh.ndim})")
+        needs_dims = any(isinstance(p, Shard) for p in (*s_pl, *d_pl))
+        call.take_input(need_dims=needs_dims)
+        nd = call.x.ndim
+        s_pl = tuple(Shard(normalize_dim(p.dim, nd, "src Shard dim")) if isinstance(p, Shard) else p for p in s_pl)
+        d_pl = tuple(Shard(normalize_dim(p.dim, nd, "dst Shard dim")) if isinstance(p, Shard) else p for p in d_pl)
+        call.record.args = (_code(s_pl), _code(d_pl), _code((mesh.shape, rule)))
+        for m, (a, b) in enumerate(zip(s_pl, d_pl)):
+            if isinstance(b, Partial) and b.op == "avg" and isinstance(a, Shard):
+                raise InvalidArgument(f"mesh dim {m}: Shard -> Partial('avg') cannot be exact; use Partial('sum')")
+            if isinstance(a, Partial) and a != b:
+                execute.check_reducible(call.arrays, call.x, a.op)
+        if global_shape is not None:
+            gshape = tuple(check_int(f"global_shape[{i}]", g) for i, g in enumerate(global_shape))
+            call.record.global_shape = gshape
+            want = tuple(b - a for a, b in mesh_region(gshape, s_pl, mesh.coord, mesh.shape, rule)) if len(gshape) == nd else None
+            if want != tuple(call.x.shape):
+                raise InvalidArgument(f"x has shape {list(call.x.shape)}, but {list(s_pl)} of global_shape {list(gshape)} "
+                                      f"on mesh {list(mesh.shape)} gives the rank at {list(mesh.coord)} the shape "
+                                      f"{list(want) if want else '(a different number of dims)'}")
+    free = tuple(sorted({p.dim for p in s_pl if isinstance(p, Shard)}))
+    shapes = call.agree(free_dims=free, need_shapes=gshape is None)
+    if gshape is None:
+        gshape = _global_shape(shapes, s_pl, mesh, rule)
+    if s_pl == d_pl:
+        call.numpy_in = False
+        return call.result(x)
+    plan = MeshPlan(gshape, s_pl, d_pl, mesh.shape, rule)
+    run = mesh_run(call, mesh, plan)
+    out = run(call, call.x)
+
+    def grad(k: Call, x: Array, out: Array) -> Array:
+        from . import autograd
+
+        back = [autograd.backward_placements(a, b) for a, b in zip(s_pl, d_pl)]
+        back_src, back_dst = tuple(b[0] for b in back), tuple(b[1] for b in back)
+
+        def reverse(g: Array) -> Array:
+            if back_src == back_dst:
+                return g
+            return redistribute_mesh(g, back_src, back_dst, mesh, gshape, False, rule)
+
+        return autograd.attach(x, out, reverse)
+
+    if wants_grad(x):
+        out = grad(call, x, out)
+    call.remember(run, grad)
+    return call.result(out)
+
+
+def _global_shape(shapes: list, src: tuple, mesh: Mesh, rule: str) -> tuple[int, ...]:
+    """The global shape from every rank's local shape, checked against the balanced rule."""
+    from .mesh import unravel
+
+    ndim = len(shapes[0])
+    gshape = list(shapes[0])
+    for d in range(ndim):
+        dims = [m for m, p in enumerate(src) if isinstance(p, Shard) and p.dim == d]
+        if not dims:
+            continue
+        total = 0
+        for r, shape in enumerate(shapes):  # the ranks at coordinate 0 on every other mesh dim
+            coord = unravel(r, mesh.shape)
+            if all(coord[m] == 0 for m in range(mesh.ndim) if m not in dims):
+                total += shape[d]
+        gshape[d] = total
+    gshape = tuple(gshape)
+    for r, shape in enumerate(shapes):
+        want = tuple(b - a for a, b in mesh_region(gshape, src, unravel(r, mesh.shape), mesh.shape, rule))
+        if tuple(shape) != want:
+            raise MismatchError(
+                f"redistribute: {list(src)} on mesh {list(mesh.shape)} of the global shape {list(gshape)} gives the "
+                f"rank {r} the shape {list(want)}, but it holds {list(shape)}: shards must follow the balanced rule"
+            )
+    return gshape
+
+
+def _slices(box: Box, origin: Box) -> tuple[slice, ...]:
+    return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
+
+
+def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
+    """``run(call, x, sent=None)`` for this rank's part of ``plan``, everything worked out once."""
+    rank, size = mesh.comm.rank, mesh.size
+    subs = {red.mesh_dim: mesh.sub(red.mesh_dim) for red in plan.reductions}  # every rank, same order
+    everyone = [plan.recvs(q) for q in range(size)]
+    moves = any(everyone)
+    recvs = sorted(((p, i, box) for i, (p, box) in enumerate(everyone[rank])), key=lambda t: (t[0], t[1]))
+    sends = [(q, box) for q in range(size) for p, box in everyone[q] if p == rank]
+    held, target = plan.exchange.held(rank), plan.target(rank)
+    kept = plan.kept(rank)
+    out_shape = tuple(b - a for a, b in target)
+    send_counts = [0] * size
+    for q, box in sends:
+        send_counts[q] += box_size(box)
+    recv_counts = [0] * size
+    for p, _, box in recvs:
+        recv_counts[p] += box_size(box)
+
+    def run(k: Call, xt: Array, sent: Any = None) -> Array:
+        stats, arrays = k.stats, k.arrays
+        for red in plan.reductions:
+            kk = Call(f"redistribute ({red.collective} on mesh dim {red.mesh_dim})", xt, subs[red.mesh_dim], False)
+            kk.take_input()
+            started = stats.begin_step()
+            if red.collective == "reduce_scatter":
+                xt = execute.reduce_scatter_core(kk, kk.x, red.dim, red.op)
+            else:
+                steps = make_plan(tuple(xt.shape), Partial(red.op), Replicate(), kk.size, itemsize=arrays.itemsize(xt))
+                xt = execute.plan_run(kk, kk.x, steps)(kk, kk.x)
+            for name in ("bytes_sent", "bytes_received", "allocated_bytes", "pack_copies", "unpack_copies"):
+                setattr(stats, name, getattr(stats, name) + getattr(kk.stats, name))
+            stats.end_step(red.collective, started)
+        out = alloc(arrays, stats, out_shape, like=xt)
+        if plan.fill_op is not None:
+            low, high = arrays.lowest_highest(xt)
+            out = arrays.full_like(out, {"sum": 0, "max": low, "min": high}[plan.fill_op])
+        for box in kept:
+            arrays.copy(out[_slices(box, target)], xt[_slices(box, held)])
+        if moves:
+            started = stats.begin_step()
+            _exchange_boxes(k, xt, out, held, target, sends, recvs, send_counts, recv_counts)
+            stats.end_step("all_to_all", started)
+        return out
+
+    return run
+
+
+def _exchange_boxes(k: Call, xt: Array, out: Array, held: Box, target: Box, sends: list, recvs: list,
+                    send_counts: list[int], recv_counts: list[int]) -> None:
+    arrays, stats = k.arrays, k.stats
+    item = arrays.itemsize(xt)
+    send = scratch(arrays, stats, sum(send_counts), like=xt)
+    at = 0
+    for _, box in sends:
+        n = box_size(box)
+        arrays.copy(send[at : at + n].reshape(tuple(b - a for a, b in box)), xt[_slices(box, held)])
+        at += n
+    stats.pack_copies += 1
+    recv = alloc(arrays, stats, [sum(recv_counts)], like=xt)
+    k.transport.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), [c * item for c in recv_counts],
+                          [c * item for c in send_counts], k.op)
+    at = 0
+    for _, _, box in recvs:
+        n = box_size(box)
+        arrays.copy(out[_slices(box, target)], recv[at : at + n].reshape(tuple(b - a for a, b in box)))
+        at += n
+    stats.unpack_copies += 1
+    stats.bytes_sent += sum(send_counts) * item
+    stats.bytes_received += sum(recv_counts) * item
+
+
+def redistribute_dtensor(x: Any, dst: Any, check: bool | None) -> Any:
+    """A DTensor in, a DTensor out: the change runs on the DTensor's device mesh, with its local
+    tensor split as DTensor splits (torch.chunk's rule), and the result wrapped again."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import Partial as TorchPartial
+    from torch.distributed.tensor import Replicate as TorchReplicate
+    from torch.distributed.tensor import Shard as TorchShard
+
+    device_mesh = x.device_mesh
+    mesh = _MESHES.get(id(device_mesh))
+    if mesh is None or mesh[0] is not device_mesh:
+        mesh = (device_mesh, Mesh.from_torch(device_mesh))
+        _MESHES[id(device_mesh)] = mesh
+    src = parse_placements(x.placements)
+    d_pl = parse_placements(dst)
+    out = redistribute_mesh(x.to_local(), src, d_pl, mesh[1], tuple(x.shape), check, rule="chunk")
+    placements = [TorchShard(p.dim) if isinstance(p, Shard) else TorchPartial(p.op) if isinstance(p, Partial)
+                  else TorchReplicate() for p in d_pl]
+    return DTensor.from_local(out, device_mesh, placements, run_check=False, shape=x.shape, stride=x.stride())
+
+
+_MESHES: dict[int, tuple] = {}  # device mesh -> its reshard mesh (sub-communicators made once)

@@ -1,0 +1,70 @@
+"""redistribute on a process mesh, on real ranks: every placement pair, bit for bit against
+numpy slices of the full tensor (Partial results summed over their mesh dims), and the bytes
+each rank receives in the exchange equal to the lower bound: what it needs and did not hold."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import rank_fns
+import reshard as rs
+from oracle import pattern
+from reshard.mesh import unravel
+from reshard.mesh_plan import MeshPlan, plan_summary
+
+PLACEMENTS = ["S(0)", "S(1)", "S(2)", "R", "P(sum)"]
+
+
+def _layouts(ndim):
+    return [",".join(p) for p in itertools.product(PLACEMENTS, repeat=ndim)]
+
+
+def _check(mesh_shape, shape, pairs, results):
+    full = pattern(shape, "int64")
+    size = int(np.prod(mesh_shape))
+    for k, (src, dst) in enumerate(pairs):
+        s_pl, d_pl = rs.parse_placements(src), rs.parse_placements(dst)
+        plan = MeshPlan(shape, s_pl, d_pl, mesh_shape) if s_pl != d_pl else None
+        summary = plan_summary(shape, s_pl, d_pl, mesh_shape, 8) if s_pl != d_pl else {"steps": []}
+        partial_dims = [m for m, p in enumerate(d_pl) if isinstance(p, rs.Partial)]
+        as_replicated = tuple(rs.Replicate() if isinstance(p, rs.Partial) else p for p in d_pl)
+        for r in range(size):
+            coord, per_pair = results[r]
+            got, steps, same = per_pair[k]
+            assert same, (src, dst, r, "the replay differs from the first call")
+            want = rs.local_shard(full, as_replicated, coord, mesh_shape)
+            if partial_dims:  # the group along the Partial dims sums to the tensor's part
+                total = np.zeros_like(want)
+                for q in range(size):
+                    qc = unravel(q, mesh_shape)
+                    if all(qc[m] == coord[m] for m in range(len(mesh_shape)) if m not in partial_dims):
+                        total = total + results[q][1][k][0]
+                got = total
+            assert got.shape == want.shape and np.array_equal(got, want), (mesh_shape, src, dst, r)
+            # the steps run are the plan's steps, with the plan's bytes for this rank
+            want_steps = [(st["collective"], st["bytes_sent_per_rank"][r], st["bytes_received_per_rank"][r])
+                          for st in summary["steps"]]
+            assert steps == want_steps, (mesh_shape, src, dst, r, steps, want_steps)
+            if plan is not None and not any(isinstance(p, rs.Partial) for p in (*s_pl, *d_pl)):
+                exchange = [s for s in steps if s[0] == "all_to_all"]
+                received = sum(s[2] for s in exchange)
+                assert received == plan.exchange.lower_bound(r) * 8, (src, dst, r, steps)
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+@pytest.mark.parametrize("mesh_shape", [(2, 2), (1, 4), (4, 1)])
+def test_every_pair_on_a_2d_mesh(engine, mesh_shape):
+    pairs = list(itertools.product(_layouts(2), repeat=2))
+    results = rs.spawn(rank_fns.mesh_pairs, 4, engine=engine, args=(mesh_shape, (5, 6, 3), pairs, "numpy"), timeout=600)
+    _check(mesh_shape, (5, 6, 3), pairs, results)
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+def test_a_3d_mesh_torch_and_zero_sizes(engine):
+    layouts = _layouts(3)[::7]  # a spread of the 125 layouts
+    pairs = list(itertools.product(layouts, repeat=2))
+    results = rs.spawn(rank_fns.mesh_pairs, 4, engine=engine, args=((1, 2, 2), (3, 1, 2), pairs, "torch"), timeout=600)
+    _check((1, 2, 2), (3, 1, 2), pairs, results)
