@@ -425,3 +425,23 @@ def _torch_placement(p):
     from torch.distributed.tensor import Partial, Replicate, Shard
 
     return Shard(p.dim) if isinstance(p, rs.Shard) else Partial(p.op) if isinstance(p, rs.Partial) else Replicate()
+
+
+def mesh_grads(comm, mesh_shape, shape, pairs):
+    """For each (src, dst) on a mesh: x.grad of sum(redistribute(x) * W) against the
+    one-process answer, W restricted to x's region (a Partial read as Replicate)."""
+    import torch
+
+    mesh = rs.Mesh(mesh_shape, comm=comm)
+    W = torch.from_numpy(pattern(shape, "float64")) / 7
+    full = torch.from_numpy(pattern(shape, "float64"))
+    ok = []
+    for src, dst in pairs:
+        s_pl, d_pl = rs.parse_placements(src), rs.parse_placements(dst)
+        x = torch.from_numpy(mesh_partial_input(full.numpy(), s_pl, mesh.coord, mesh_shape)).requires_grad_(True)
+        y = rs.redistribute(x, s_pl, d_pl, mesh=mesh)
+        as_rep = lambda pl: tuple(rs.Replicate() if isinstance(p, rs.Partial) else p for p in pl)  # noqa: E731
+        (y * rs.local_shard(W, as_rep(d_pl), mesh.coord, mesh_shape)).sum().backward()
+        want = rs.local_shard(W, as_rep(s_pl), mesh.coord, mesh_shape)
+        ok.append((src, dst, bool(torch.equal(x.grad, want))))
+    return ok

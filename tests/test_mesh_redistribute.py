@@ -68,3 +68,12 @@ def test_a_3d_mesh_torch_and_zero_sizes(engine):
     pairs = list(itertools.product(layouts, repeat=2))
     results = rs.spawn(rank_fns.mesh_pairs, 4, engine=engine, args=((1, 2, 2), (3, 1, 2), pairs, "torch"), timeout=600)
     _check((1, 2, 2), (3, 1, 2), pairs, results)
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+def test_gradients_through_a_mesh_redistribute(engine):
+    layouts = [",".join(p) for p in itertools.product(["S(0)", "S(1)", "R", "P(sum)"], repeat=2)]
+    pairs = list(itertools.product(layouts, repeat=2))
+    for rank_result in rs.spawn(rank_fns.mesh_grads, 4, engine=engine, args=((2, 2), (5, 6), pairs), timeout=300):
+        bad = [(s, d) for s, d, ok in rank_result if not ok]
+        assert bad == [], bad[:5]
