@@ -1,5 +1,5 @@
 """reshard bench: every op and engine runs, checks its results and writes JSON and a plot.
-Timing targets live in benchmarks/RESULTS.md, never here: these tests check behaviour."""
+Timing targets live in the performance docs, never here: these tests check behaviour."""
 
 from __future__ import annotations
 
@@ -82,3 +82,15 @@ def test_moe_by_hand_baseline_is_checked(engine, extra, tmp_path):
     assert {r["method"] for r in data["rows"]} == {"reshard", "raw", "raw+local"}
     assert all(r["wrong"] == 0 for r in data["rows"])
     assert "reshard / raw+local" in data["ratios"][0]
+
+
+def test_bench_on_a_mesh_counts_the_bytes_each_method_sends(tmp_path):
+    out = tmp_path / "m.json"
+    run = reshard_cli("bench", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "S(1),S(0)", "--sizes", "256K",
+                      "--iters", "2", "--warmup", "1", "--json", str(out), timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"reshard", "reshard-nocheck", "dtensor"} and all(r["wrong"] == 0 for r in rows.values())
+    # two ranks of four keep their block and two swap theirs; DTensor gathers along both mesh dims
+    assert rows["reshard"]["sent_bytes"] == 256 << 10
+    assert rows["dtensor"]["sent_bytes"] >= 3 * rows["reshard"]["sent_bytes"]

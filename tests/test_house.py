@@ -39,6 +39,8 @@ LAYERS = [
     ["viz.terminal", "viz.pictures"],
     ["viz"],
     ["demo", "explain"],
+    ["bench.check"],
+    ["bench.mesh"],
     ["bench.rank"],
     ["bench.report"],
     ["bench"],

@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time reshard's collectives beside the raw engine, DTensor and memcpy")
     bench.add_argument("--engine", choices=("gloo", "mpi"), default="gloo", help="gloo (torch.distributed) or mpi (mpi4py)")
     bench.add_argument("--ranks", type=_positive, default=4, help="number of local ranks (default 4)")
+    bench.add_argument("--mesh", type=parse_shape, help="time a layout change on a process mesh (e.g. 2x2), beside DTensor on the same mesh")
+    bench.add_argument("--src", help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
+    bench.add_argument("--dst", help="with --mesh: the destination, e.g. 'S(1),S(0)'")
     bench.add_argument("--op", choices=("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe"), default="redistribute", help="the collective to time (default redistribute, Shard(0) -> Shard(1))")
     bench.add_argument("--sizes", default="64K..64M", help="bytes per rank: START..END (x4 steps) or a list 1M,16M (default 64K..64M)")
     bench.add_argument("--factor", type=_positive, default=4, help="step between sizes in START..END (default 4)")
@@ -242,6 +245,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"reshard bench: cannot read --sizes {args.sizes!r}: {exc}", file=sys.stderr)
         return 2
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.mesh:
+        if not (args.src and args.dst):
+            print("reshard bench: --mesh needs --src and --dst, one placement per mesh dim", file=sys.stderr)
+            return 2
+        import math
+
+        args.ranks = math.prod(args.mesh)
+        methods = [m for m in methods if m in ("reshard", "reshard-nocheck", "dtensor")] or ["reshard", "dtensor"]
     unknown = [m for m in methods if m not in BENCH_METHODS_ALL]
     if unknown or not methods:
         print(f"reshard bench: unknown method(s) {unknown}; choose from {', '.join(BENCH_METHODS_ALL)}", file=sys.stderr)
@@ -253,9 +264,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         console.width = 160  # a log or a pipe: keep every column whole
     rows = bench.run_bench(args.engine, args.ranks, args.op, sizes, args.dtype, methods, args.iters, args.warmup,
-                           args.timeout, show_progress=console.is_terminal, numpy_arrays=args.numpy)
-    bench.render(console, rows, args.engine, args.ranks, args.op)
-    meta = {"engine": args.engine, "ranks": args.ranks, "op": args.op, "dtype": args.dtype, "command": sys.argv}
+                           args.timeout, show_progress=console.is_terminal, numpy_arrays=args.numpy,
+                           mesh=args.mesh, src=args.src, dst=args.dst)
+    op = f"redistribute {args.src} -> {args.dst} on mesh {'x'.join(map(str, args.mesh))}" if args.mesh else args.op
+    bench.render(console, rows, args.engine, args.ranks, op)
+    meta = {"engine": args.engine, "ranks": args.ranks, "op": op, "dtype": args.dtype, "command": sys.argv}
     if args.json:
         bench.write_json(args.json, rows, meta)
     if args.plot:

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from .rank import MOE_EXPERTS, MOE_HIDDEN, MOE_TOP_K, OPS, ROUND_BYTES, bench_rank, count_wrong
+from .check import count_wrong
+from .rank import MOE_EXPERTS, MOE_HIDDEN, MOE_TOP_K, OPS, ROUND_BYTES, bench_rank
 from .report import Row, human, plot, ratios, render, write_json
 
 __all__ = [
@@ -71,7 +72,8 @@ def parse_sizes(text: str, factor: int = 4) -> list[int]:
 
 def run_bench(engine: str, ranks: int, op: str, sizes: list[int], dtype: str, methods: list[str],
               iters: int = 0, warmup: int = 2, timeout: float = 1800.0, show_progress: bool = True,
-              numpy_arrays: bool = False) -> list[Row]:
+              numpy_arrays: bool = False, mesh: tuple | None = None, src: str | None = None,
+              dst: str | None = None) -> list[Row]:
     from ..launch import spawn
 
     if op == "moe" and MOE_EXPERTS % ranks:
@@ -84,7 +86,7 @@ def run_bench(engine: str, ranks: int, op: str, sizes: list[int], dtype: str, me
     progress_path = os.path.join(tmp, "progress")
     open(progress_path, "w").close()
     config = dict(op=op, sizes=sizes, dtype=dtype, methods=methods, iters=iters, warmup=warmup,
-                  progress=progress_path, numpy=numpy_arrays)
+                  progress=progress_path, numpy=numpy_arrays, mesh=mesh, src=src, dst=dst)
     box: dict[str, Any] = {}
 
     def job() -> None:
@@ -139,10 +141,11 @@ def _rows(per_rank: list[dict], n: int, op: str, dtype: str) -> list[Row]:
             algbw = moved / t / 1e9
             factor = 1.0 if method == "memcpy" else (n - 1) / n
             extras = [r["sizes"][k]["extra"].get(method, -1) for r in per_rank]
+            sent = [r["sizes"][k].get("sent", {}).get(method, -1) for r in per_rank]
             rows.append(Row(size=size, count=entry["count"], dtype=dtype, method=method, time_us=t * 1e6,
                             algbw=algbw, busbw=algbw * factor,
                             wrong=sum(r["sizes"][k]["wrong"].get(method, 0) for r in per_rank),
-                            extra_bytes=max(extras), samples=[float(v) for v in per_iter]))
+                            extra_bytes=max(extras), samples=[float(v) for v in per_iter], sent_bytes=max(sent)))
     return rows
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .check import count_wrong, numpy_of
+
 OPS = ("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe")
 ROUND_BYTES = 1024  # about the size of the check's record
 MOE_HIDDEN, MOE_EXPERTS, MOE_TOP_K = 1024, 8, 2
@@ -40,17 +42,6 @@ class _Case:
         import torch
 
         return torch.from_numpy(a)
-
-
-def _np(a: Any) -> np.ndarray:
-    return a if isinstance(a, np.ndarray) else a.detach().cpu().numpy()
-
-
-def count_wrong(got: Any, want: np.ndarray) -> int:
-    got = _np(got)
-    if got.shape != want.shape:
-        return int(want.size) or 1
-    return int(np.count_nonzero(got != want))
 
 
 def _layout_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tuple[Any, Any]]:
@@ -113,7 +104,7 @@ def _layout_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tu
         if "dtensor" in wanted and n > 1:
             methods["dtensor"] = _dtensor_method(comm, torch.from_numpy(x_np), gshape, want)
     floor_src, floor_dst = case.to_array(packed.reshape(-1)), case.to_array(np.empty_like(packed).reshape(-1))
-    methods["memcpy"] = (lambda: _copy(floor_dst, floor_src), lambda _: count_wrong(_np(floor_dst), packed.reshape(-1)))
+    methods["memcpy"] = (lambda: _copy(floor_dst, floor_src), lambda _: count_wrong(numpy_of(floor_dst), packed.reshape(-1)))
     return {m: v for m, v in methods.items() if m in wanted}
 
 
@@ -182,7 +173,7 @@ def _gather_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tu
             methods["raw"] = (lambda: dist.reduce_scatter_tensor(ot, xt, group=comm.group), lambda _: count_wrong(raw_out, want))
     src = case.to_array(np.ascontiguousarray(x_np).reshape(-1))
     dst = case.to_array(np.empty(x_np.size, dtype=case.np_dtype))
-    methods["memcpy"] = (lambda: _copy(dst, src), lambda _: count_wrong(_np(dst), x_np.reshape(-1)))
+    methods["memcpy"] = (lambda: _copy(dst, src), lambda _: count_wrong(numpy_of(dst), x_np.reshape(-1)))
     return {m: v for m, v in methods.items() if m in wanted}
 
 
@@ -225,7 +216,7 @@ def _moe_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tuple
         methods["raw+local"] = _moe_by_hand(case, x_np, ids, weights, rc, sc, rows_in)
     src = case.to_array(np.ascontiguousarray(send).reshape(-1))
     dst = case.to_array(np.empty(send.size, dtype=case.np_dtype))
-    methods["memcpy"] = (lambda: _copy(dst, src), lambda _: count_wrong(_np(dst), send.reshape(-1)))
+    methods["memcpy"] = (lambda: _copy(dst, src), lambda _: count_wrong(numpy_of(dst), send.reshape(-1)))
     case.moe_rows = rows_out
     return {m: v for m, v in methods.items() if m in wanted}
 
@@ -304,7 +295,14 @@ def bench_rank(comm: Any, config: dict) -> dict:
     out: dict[str, Any] = {"sizes": []}
     for size in config["sizes"]:
         case = _Case(comm, op, size, dtype, arrays)
-        if op in ("all_to_all", "redistribute"):
+        sent: dict[str, int] = {}
+        if config.get("mesh"):
+            from ..layout import parse_placements
+            from .mesh import mesh_methods
+
+            table, sent = mesh_methods(case, size, methods, tuple(config["mesh"]), parse_placements(config["src"]),
+                                       parse_placements(config["dst"]))
+        elif op in ("all_to_all", "redistribute"):
             table = _layout_methods(case, size, methods)
         elif op == "moe":
             table = _moe_methods(case, size, methods)
@@ -332,7 +330,7 @@ def bench_rank(comm: Any, config: dict) -> dict:
                 t0 = time.perf_counter()
                 run()
                 times[name].append(time.perf_counter() - t0)
-        out["sizes"].append({"size": size, "times": times, "wrong": wrong, "extra": extra,
+        out["sizes"].append({"size": size, "times": times, "wrong": wrong, "extra": extra, "sent": sent,
                              "count": _count(case, size), "moe_rows": getattr(case, "moe_rows", 0)})
         if comm.rank == 0 and config.get("progress"):
             with open(config["progress"], "a") as f:

@@ -21,6 +21,7 @@ class Row:
     wrong: int
     extra_bytes: int = -1  # memory an op allocated beyond its result (max over ranks); -1 unknown
     samples: list[float] = field(default_factory=list)
+    sent_bytes: int = -1  # bytes the busiest rank sent (mesh runs); -1 not counted
 
 
 def ratios(rows: list[Row]) -> list[dict[str, Any]]:
@@ -46,7 +47,9 @@ def render(console: Any, rows: list[Row], engine: str, ranks: int, op: str) -> N
 
     title = f"reshard bench: {op} on {ranks} ranks ({engine}); median of interleaved runs, time = slowest rank"
     table = Table(title=title, title_justify="left")
-    for col in ("size", "count", "type", "method", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "extra mem"):
+    counted = any(r.sent_bytes >= 0 for r in rows)
+    for col in ("size", "count", "type", "method", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "extra mem",
+                *(("sent / rank",) if counted else ())):
         table.add_column(col, justify="right" if col not in ("type", "method") else "left")
     last = None
     for r in rows:
@@ -55,7 +58,8 @@ def render(console: Any, rows: list[Row], engine: str, ranks: int, op: str) -> N
         last = r.size
         extra = "-" if r.extra_bytes < 0 else human(r.extra_bytes)
         table.add_row(human(r.size), str(r.count), r.dtype, r.method, f"{r.time_us:,.1f}", f"{r.algbw:.2f}",
-                      f"{r.busbw:.2f}", str(r.wrong), extra)
+                      f"{r.busbw:.2f}", str(r.wrong), extra,
+                      *(("-" if r.sent_bytes < 0 else human(r.sent_bytes),) if counted else ()))
     console.print(table)
     summary = Table(title="ratios (time / time; below 1 = reshard faster)", title_justify="left")
     entries = ratios(rows)
