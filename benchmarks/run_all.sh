@@ -23,4 +23,8 @@ for n in 2 3 4; do
 done
 .venv/bin/python benchmarks/targets.py --engine gloo --json "$OUT/targets-gloo.json" --no-color | tee "$OUT/targets-gloo.txt"
 .venv/bin/python benchmarks/targets.py --engine mpi --json "$OUT/targets-mpi.json" --no-color | tee "$OUT/targets-mpi.txt"
+for change in "S(0),S(1) S(1),S(0) s0s1-s1s0" "S(0),R S(1),R s0r-s1r" "S(0),S(0) S(1),S(1) s0s0-s1s1"; do
+  set -- $change
+  $R bench --engine gloo --mesh 2x2 --src "$1" --dst "$2" --sizes 16M --json "$OUT/gloo-mesh-2x2-$3.json"
+done
 .venv/bin/python benchmarks/summarize.py "$OUT"/*.json > docs/performance-tables.md

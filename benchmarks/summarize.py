@@ -37,9 +37,11 @@ def table(path: str) -> str:
     methods = list(dict.fromkeys(r["method"] for r in rows))
     command = " ".join(["reshard", *meta["command"][1:]])  # whatever path the program was run by
     lines = [f"**{meta['op']}, {meta['ranks']} ranks, {meta['engine']}** (`{command}`)", ""]
+    counted = any(r.get("sent_bytes", -1) >= 0 for r in rows)
     lines.append("| size | " + " | ".join(f"{m} (us)" for m in methods) + " | reshard / raw | reshard-nocheck / raw | "
-                 "dtensor / reshard | reshard / memcpy | #wrong | extra mem |")
-    lines.append("|" + "---|" * (len(methods) + 7))
+                 "dtensor / reshard | reshard / memcpy | #wrong | extra mem |"
+                 + (" sent per rank: " + ", ".join(methods) + " |" if counted else ""))
+    lines.append("|" + "---|" * (len(methods) + 7 + counted))
     for entry in data["ratios"]:
         size = entry["size"]
         at = {r["method"]: r for r in rows if r["size"] == size}
@@ -47,9 +49,10 @@ def table(path: str) -> str:
         dt = f"{entry['dtensor speedup']:.1f}x" if "dtensor speedup" in entry else "-"
         wrong = sum(r["wrong"] for r in at.values())
         extra = at.get("reshard", {}).get("extra_bytes", -1)
+        sent = (" " + ", ".join(human(at[m]["sent_bytes"]) for m in methods) + " |") if counted else ""
         lines.append(f"| {human(size)} | " + " | ".join(cells) + f" | {_ratio(entry, 'reshard / raw')} | "
                      f"{_ratio(entry, 'reshard-nocheck / raw')} | {dt} | {_ratio(entry, 'reshard / memcpy')} | {wrong} | "
-                     f"{human(extra) if extra >= 0 else '-'} |")
+                     f"{human(extra) if extra >= 0 else '-'} |" + sent)
     return "\n".join(lines) + "\n"
 
 

@@ -71,3 +71,17 @@ def test_a_missing_optional_library_is_one_line_before_any_work(tmp_path):
 def test_version():
     run = _cli("--version")
     assert run.returncode == 0 and run.stdout.startswith("reshard ")
+
+
+@pytest.mark.parametrize("args,needles", [
+    ((), ["rank 3 (1, 1)", "rows 4-7, cols 4-7 [4 x 4]", "OK: all 4 ranks hold exactly their part of A under (Shard(1), Shard(0))"]),
+    (("--src", "P,S(1)", "--dst", "S(0),R", "--lang", "ko"), ["rank 0 (0, 0)", "확인: 4개 rank 모두"]),
+    (("--engine", "mpi", "--src", "S(0),R", "--dst", "S(1),R"), ["OK: all 4 ranks"]),
+])
+def test_demo_on_a_mesh_draws_the_ranks_as_a_grid(args, needles, tmp_path):
+    png, page = tmp_path / "m.png", tmp_path / "m.html"
+    run = _cli("demo", "--mesh", "2x2", "--shape", "8x8", *args, "--png", str(png), "--html", str(page))
+    assert run.returncode == 0, run.stdout + run.stderr
+    for needle in needles:
+        assert needle in run.stdout, (needle, run.stdout)
+    assert png.exists() and page.exists() and f"{png}" in run.stdout

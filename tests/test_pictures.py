@@ -141,3 +141,13 @@ f.onload = () => {{
     for r in range(n):
         for i in range(n):
             assert np.abs(_colour_at(pixels, n, r, i, (i + 1) % n) - _rgb(viz.rank_colour(i))).sum() < 40, (r, i)
+
+
+def test_a_mesh_scene_colours_each_block_by_the_rank_that_sent_it():
+    from reshard.viz.scenes import mesh_scene
+
+    s = mesh_scene((8, 8), (2, 2), (Shard(0), Shard(1)), (Shard(1), Shard(0)), "t")
+    assert s.shape == (2, 2) and s.labels[3] == "rank 3 (1, 1)"
+    held = {r: {(c.i, c.j): c.colour_rank for c in cells} for r, cells in s.after.items()}
+    assert held == {0: {(0, 0): 0}, 1: {(1, 0): 2}, 2: {(0, 1): 1}, 3: {(1, 1): 3}}  # 1 and 2 swap blocks
+    assert {(m.src, m.dst) for m in s.moves} == {(1, 2), (2, 1)}

@@ -55,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the row -> column example (a 6x6 matrix row-sharded over 3 ranks becomes column-sharded) on local ranks and check it")
     demo.add_argument("--ranks", type=_positive, default=3, help="number of local ranks (default 3)")
     demo.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
-    demo.add_argument("--src", type=_placement, default=Shard(0), help="row, col, replicate, partial or Shard(d) (default row)")
-    demo.add_argument("--dst", type=_placement, default=Shard(1), help="same choices (default col)")
+    demo.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); with --mesh one per mesh dim")
+    demo.add_argument("--dst", default=None, help="same choices (default col); with --mesh one per mesh dim")
+    demo.add_argument("--mesh", type=parse_shape, help="run on a process mesh of local ranks, e.g. 2x2 (default: a 1-D world of --ranks)")
     demo.add_argument("--dtype", choices=DEMO_DTYPES, default="float32", help="element type of the matrix (default float32)")
     demo.add_argument("--engine", choices=("gloo", "mpi"), default="gloo", help="gloo (torch.distributed) or mpi (mpi4py)")
     demo.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
@@ -145,6 +146,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     console = _console(args.no_color)
+    if args.mesh:
+        return _demo_mesh(args, console)
+    args.src, args.dst = _placement(args.src or "row"), _placement(args.dst or "col")
     if len(args.shape) != 2:
         console.print(say("cli.error", args.lang, error=f"demo draws a matrix: --shape needs two sizes, got {len(args.shape)}"))
         return 2
@@ -159,6 +163,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     title = f"A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks: {src!r} -> {dst!r}"
     _pictures(args, [change_scene(args.shape, args.ranks, src, dst, "redistribute")], title, console)
+    return status
+
+
+def _demo_mesh(args: argparse.Namespace, console) -> int:
+    import math
+
+    from .demo import run_demo_mesh
+    from .layout import parse_placements
+
+    if len(args.shape) != 2:
+        console.print(say("cli.error", args.lang, error="demo draws a matrix: --shape needs two sizes"))
+        return 2
+    n = len(args.mesh)
+    src = parse_placements(args.src) if args.src else (Shard(0),) + tuple(Shard(1) for _ in range(n - 1))
+    dst = parse_placements(args.dst) if args.dst else tuple(reversed(src))
+    if any(isinstance(p, Shard) and p.dim not in (0, 1) for p in (*src, *dst)):
+        console.print(say("cli.error", args.lang, error="a matrix has dims 0 and 1: use Shard(0) or Shard(1)"))
+        return 2
+    args.ranks = math.prod(args.mesh)
+    status, scene = run_demo_mesh(tuple(args.mesh), args.shape, src, dst, args.dtype, args.engine, args.lang, console,
+                                  args.timeout)
+    if scene is not None:
+        title = f"A[{args.shape[0]} x {args.shape[1]}] on a {'x'.join(map(str, args.mesh))} mesh"
+        _pictures(args, [scene], title, console)
     return status
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .layout import Partial, Placement, local_shard
+from .layout import Partial, Placement, Replicate, local_shard
 from .messages import say
 from .viz.terminal import render_demo
 
@@ -75,3 +75,63 @@ def run_demo(ranks: int, shape: tuple[int, int], src: Placement, dst: Placement,
         return 1
     console.print(say("demo.ok", lang, ranks=ranks, placement=repr(dst)), style="bold green")
     return 0
+
+
+def demo_mesh_rank(comm: Any, mesh_shape: tuple, shape: tuple[int, int], src: tuple, dst: tuple, dtype: str) -> tuple:
+    """One rank of a mesh: take my part of A under ``src``, redistribute on the mesh to ``dst``."""
+    from . import ops
+    from .mesh import Mesh
+
+    mesh = Mesh(mesh_shape, comm=comm)
+    full = global_matrix(shape, dtype)
+    mine = local_shard(full, src, mesh.coord, mesh_shape)
+    if any(isinstance(p, Partial) for p in src):  # a partial sum: the first rank of each group holds A
+        first = all(mesh.coord[m] == 0 for m, p in enumerate(src) if isinstance(p, Partial))
+        mine = mine if first else mine * 0
+    mine = mine.contiguous()
+    out = ops.redistribute(mine, src, dst, mesh=mesh)
+    stats = ops.last_exchange()
+    return mesh.coord, mine, out, (stats.bytes_sent, stats.bytes_received) if stats else (0, 0)
+
+
+def verify_mesh(shape: tuple[int, int], dtype: str, mesh_shape: tuple, dst: tuple, coords: list, outs: list) -> dict[int, str]:
+    """Rank -> what is wrong (empty when every rank holds its part; Partial parts summed)."""
+    full = global_matrix(shape, dtype)
+    whole = tuple(Replicate() if isinstance(p, Partial) else p for p in dst)
+    partial = [m for m, p in enumerate(dst) if isinstance(p, Partial)]
+    problems = {}
+    for r, (coord, out) in enumerate(zip(coords, outs)):
+        want = local_shard(full, whole, coord, mesh_shape).contiguous()
+        got = out
+        if partial:
+            got = sum(o for c, o in zip(coords, outs) if all(c[m] == coord[m] for m in range(len(coord)) if m not in partial))
+        if tuple(got.shape) != tuple(want.shape) or not _bits_equal(got, want):
+            problems[r] = f"got shape {list(got.shape)}, want {list(want.shape)}" if tuple(got.shape) != tuple(want.shape) else "values differ"
+    return problems
+
+
+def run_demo_mesh(mesh_shape: tuple, shape: tuple[int, int], src: tuple, dst: tuple, dtype: str, engine: str,
+                  lang: str, console: Any, timeout: float = 60.0) -> tuple[int, Any]:
+    """Run, draw and check a layout change on a mesh; (exit status, the scene for pictures)."""
+    from .errors import ReshardError
+    from .launch import spawn
+    from .viz.scenes import mesh_scene
+    from .viz.terminal import render_mesh_demo
+
+    size = 1
+    for s in mesh_shape:
+        size *= s
+    try:
+        results = spawn(demo_mesh_rank, size, engine=engine, args=(mesh_shape, shape, src, dst, dtype), timeout=timeout)
+    except ReshardError as exc:
+        console.print(say("demo.failed", lang, error=exc))
+        return 1, None
+    coords, ins, outs = [r[0] for r in results], [r[1] for r in results], [r[2] for r in results]
+    render_mesh_demo(console, lang, shape, mesh_shape, src, dst, dtype, engine, coords, ins, outs, [r[3] for r in results])
+    problems = verify_mesh(shape, dtype, mesh_shape, dst, coords, outs)
+    for rank, detail in sorted(problems.items()):
+        console.print(say("demo.bad", lang, rank=rank, detail=detail), style="bold red")
+    if problems:
+        return 1, None
+    console.print(say("demo.ok_mesh", lang, ranks=size, placement=", ".join(map(repr, dst))), style="bold green")
+    return 0, mesh_scene(shape, mesh_shape, src, dst, "redistribute")

@@ -23,13 +23,15 @@ def rank_colour(rank: int) -> str:
     return PALETTE[rank % len(PALETTE)]
 
 
-def position(n: int, rank: int, i: int, j: int) -> tuple[int, int]:
-    """Top-left pixel of block (i, j) drawn inside rank ``rank``'s box."""
-    return MARGIN_X + rank * (n * CELL + BOX_GAP) + j * CELL, MARGIN_Y + i * CELL
+def position(n: int, rank: int, i: int, j: int, grid: tuple[int, int] | None = None) -> tuple[int, int]:
+    """Top-left pixel of block (i, j) drawn inside rank ``rank``'s box (``grid``: blocks per box)."""
+    cols = grid[1] if grid else n
+    return MARGIN_X + rank * (cols * CELL + BOX_GAP) + j * CELL, MARGIN_Y + i * CELL
 
 
-def page_size(n: int) -> tuple[int, int]:
-    return max(MARGIN_X * 2 + n * (n * CELL + BOX_GAP), 760), MARGIN_Y + n * CELL + 40
+def page_size(n: int, grid: tuple[int, int] | None = None) -> tuple[int, int]:
+    rows, cols = grid or (n, n)
+    return max(MARGIN_X * 2 + n * (cols * CELL + BOX_GAP), 760), MARGIN_Y + rows * CELL + 40
 
 
 # -- PNG -------------------------------------------------------------------------------------
@@ -43,8 +45,9 @@ def draw_png(path: str, scenes: Sequence[Scene], title: str) -> None:
     from matplotlib.patches import Patch
 
     n = scenes[0].n
-    height = 1.2 + (0.9 + 0.75 * n) * len(scenes)  # inches; the legend takes about the last 0.7
-    fig, axes = plt.subplots(len(scenes), 2, figsize=(2 * (0.6 + 0.75 * n * (n + 1)), height), squeeze=False)
+    rows, cols = scenes[0].shape
+    height = 1.2 + (0.9 + 0.75 * rows) * len(scenes)  # inches; the legend takes about the last 0.7
+    fig, axes = plt.subplots(len(scenes), 2, figsize=(2 * (0.6 + 0.75 * n * (cols + 1)), height), squeeze=False)
     for row, scene in zip(axes, scenes):
         for ax, (when, cells) in zip(row, (("before", scene.before), ("after", scene.after))):
             _draw_boxes(ax, scene, cells)
@@ -66,12 +69,13 @@ def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]]) -> None:
     from matplotlib.patches import Rectangle
 
     n = scene.n
+    rows, cols = scene.shape
     for r in range(n):
-        ox = r * (n + 1)
-        ax.add_patch(Rectangle((ox - 0.1, -0.1), n + 0.2, n + 0.2, fill=False, ls="--", ec="#bbbbbb"))
-        ax.text(ox + n / 2, -0.3, f"rank {r}", ha="center", va="bottom", color=rank_colour(r), fontweight="bold")
+        ox = r * (cols + 1)
+        ax.add_patch(Rectangle((ox - 0.1, -0.1), cols + 0.2, rows + 0.2, fill=False, ls="--", ec="#bbbbbb"))
+        ax.text(ox + cols / 2, -0.3, scene.label(r), ha="center", va="bottom", color=rank_colour(r), fontweight="bold")
         if r not in cells:
-            ax.text(ox + n / 2, n / 2, "nothing\n(None)", ha="center", va="center", color="#888888", fontsize=9)
+            ax.text(ox + cols / 2, rows / 2, "nothing\n(None)", ha="center", va="center", color="#888888", fontsize=9)
             continue
         for c in cells[r]:
             x, y = ox + c.j + 0.05, c.i + 0.05
@@ -91,8 +95,8 @@ def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]]) -> None:
                 ax.add_patch(Rectangle((x, y), 0.9, 0.9, fc=rank_colour(c.colour_rank), ec="white"))
                 ax.text(x + 0.45, y + 0.45, name, ha="center", va="center", color="white", fontsize=9,
                         fontweight="bold", zorder=5)
-    ax.set_xlim(-0.4, n * (n + 1) - 0.6)
-    ax.set_ylim(n + 0.2, -0.8)
+    ax.set_xlim(-0.4, n * (cols + 1) - 0.6)
+    ax.set_ylim(rows + 0.2, -0.8)
     ax.set_aspect("equal")
     ax.axis("off")
 
@@ -103,7 +107,7 @@ def _cells_json(scene: Scene, cells: dict[int, list[Cell]]) -> list[dict]:
     out = []
     for r, row in cells.items():
         for c in row:
-            x, y = position(scene.n, r, c.i, c.j)
+            x, y = position(scene.n, r, c.i, c.j, scene.shape)
             colours = [rank_colour(s) for s in c.sources] if c.style == "sum" else [rank_colour(c.colour_rank)]
             out.append({"x": x, "y": y, "name": scene.names[(c.i, c.j)], "style": c.style, "colours": colours})
     return out
@@ -112,8 +116,8 @@ def _cells_json(scene: Scene, cells: dict[int, list[Cell]]) -> list[dict]:
 def _scene_json(scene: Scene) -> dict:
     moves = []
     for m in scene.moves:
-        x0, y0 = position(scene.n, m.src, m.i, m.j)
-        x1, y1 = position(scene.n, m.dst, m.i, m.j)
+        x0, y0 = position(scene.n, m.src, m.i, m.j, scene.shape)
+        x1, y1 = position(scene.n, m.dst, m.i, m.j, scene.shape)
         moves.append({"from": [x0, y0], "to": [x1, y1], "name": scene.names[(m.i, m.j)], "style": m.style,
                       "colour": rank_colour(m.src)})
     return {"name": scene.name, "title": scene.title, "caption": scene.caption,
@@ -125,12 +129,13 @@ def _scene_json(scene: Scene) -> dict:
 def write_html(path: str, scenes: Sequence[Scene], title: str) -> None:
     """A self-contained page that plays each scene: before, the copies travelling, after."""
     n = scenes[0].n
-    width, height = page_size(n)
+    rows, cols = scenes[0].shape
+    width, height = page_size(n, scenes[0].shape)
     boxes = "".join(
-        f'<div class="box" style="left:{MARGIN_X + r * (n * CELL + BOX_GAP) - 4}px;top:{MARGIN_Y - 4}px;'
-        f'width:{n * CELL + 8}px;height:{n * CELL + 8}px"><span class="none" id="none{r}">nothing (None)</span></div>'
-        f'<div class="label" style="left:{MARGIN_X + r * (n * CELL + BOX_GAP)}px;top:{MARGIN_Y - 26}px;'
-        f'color:{rank_colour(r)}">rank {r}</div>'
+        f'<div class="box" style="left:{MARGIN_X + r * (cols * CELL + BOX_GAP) - 4}px;top:{MARGIN_Y - 4}px;'
+        f'width:{cols * CELL + 8}px;height:{rows * CELL + 8}px"><span class="none" id="none{r}">nothing (None)</span></div>'
+        f'<div class="label" style="left:{MARGIN_X + r * (cols * CELL + BOX_GAP)}px;top:{MARGIN_Y - 26}px;'
+        f'color:{rank_colour(r)}">{html.escape(scenes[0].label(r))}</div>'
         for r in range(n)
     )
     ranks = "".join(f'<span class="key"><i style="background:{rank_colour(r)}"></i>rank {r}</span>' for r in range(n))

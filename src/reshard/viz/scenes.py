@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..layout import Partial, Placement, Shard
+from ..layout import Partial, Placement, Replicate, Shard, mesh_region
 from .blocks import block_name, blocks, holders
 
 FIVE = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
@@ -57,6 +57,15 @@ class Scene:
     before: dict[int, list[Cell]]
     after: dict[int, list[Cell]]  # a rank missing here holds nothing afterwards (Gather's others)
     moves: list[Move]
+    grid: tuple[int, int] | None = None  # blocks per box (rows, cols); default n x n
+    labels: tuple[str, ...] | None = None  # each rank's box label; default "rank r"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.grid or (self.n, self.n)
+
+    def label(self, rank: int) -> str:
+        return self.labels[rank] if self.labels else f"rank {rank}"
 
     def legend(self) -> list[tuple[str, str]]:
         """(style, words) for the styles this scene uses, in order."""
@@ -132,3 +141,56 @@ def _words(p: Placement) -> str:
     if isinstance(p, Partial):
         return f"partial sums ({p!r})"
     return "replicated (Replicate())"
+
+
+def mesh_scene(shape: tuple[int, int], mesh_shape: tuple[int, ...], src: tuple, dst: tuple, title: str) -> Scene:
+    """A layout change of the matrix on a process mesh (``reshard demo --mesh``): the matrix cut at
+    every boundary of both layouts, so each block is wholly held or not; each block after the
+    change coloured by the rank that sent it (or kept it), as ``MeshPlan`` decides."""
+    from ..mesh_plan import MeshPlan, box_intersect
+
+    plan = MeshPlan(shape, src, dst, mesh_shape)
+    size = plan.size
+    cuts = [sorted({0, n} | {e for r in range(size) for box in (plan.exchange.held(r), plan.target(r))
+                             for e in box[d]}) for d, n in enumerate(shape)]
+    rows = [(a, b) for a, b in zip(cuts[0], cuts[0][1:]) if b > a]
+    cols = [(a, b) for a, b in zip(cuts[1], cuts[1][1:]) if b > a]
+    names = {(i, j): (f"A{i}{j}" if max(len(rows), len(cols)) <= 10 else f"A[{i},{j}]")
+             for i in range(len(rows)) for j in range(len(cols))}
+
+    def inside(box: tuple, i: int, j: int) -> bool:
+        return box_intersect(box, (rows[i], cols[j])) == (rows[i], cols[j])
+
+    src_partial = [m for m, p in enumerate(src) if isinstance(p, Partial)]
+    before: dict[int, list[Cell]] = {r: [] for r in range(size)}
+    after: dict[int, list[Cell]] = {r: [] for r in range(size)}
+    moves = []
+    for r in range(size):
+        held = mesh_region(shape, [Replicate() if isinstance(p, Partial) else p for p in src], plan.exchange.coord(r), mesh_shape)
+        for i, j in names:
+            if inside(held, i, j):
+                before[r].append(Cell(i, j, r, "partial" if src_partial else "solid"))
+    summed = bool(plan.reductions)
+    for q in range(size):
+        recvs = plan.recvs(q)
+        kept = plan.kept(q)
+        partial_after = any(isinstance(p, Partial) for p in dst)
+        for i, j in names:
+            if not inside(plan.target(q), i, j):
+                continue
+            source = next((p for p, box in recvs if inside(box, i, j)), None)
+            if source is not None:
+                moves.append(Move(i, j, source, q, "partial" if summed else "solid"))
+            elif not any(inside(box, i, j) for box in kept):
+                continue  # a Partial destination: another rank of the group holds this block
+            origin = q if source is None else source
+            if summed:
+                group = tuple(sorted({origin} | {k for k in range(size) if all(
+                    plan.exchange.coord(k)[m] == plan.exchange.coord(origin)[m] for m in range(len(mesh_shape))
+                    if m not in src_partial)}))
+                after[q].append(Cell(i, j, group[0], "sum", group))
+            else:
+                after[q].append(Cell(i, j, origin, "partial" if partial_after else "solid"))
+    labels = tuple(f"rank {r} {tuple(plan.exchange.coord(r))}" for r in range(size))
+    caption = f"({', '.join(map(repr, src))}) -> ({', '.join(map(repr, dst))}) on a {'x'.join(map(str, mesh_shape))} mesh"
+    return Scene("change", title, caption, size, names, before, after, moves, (len(rows), len(cols)), labels)

@@ -182,3 +182,42 @@ def render_mesh_plan(console: Any, report: dict, lang: str = "en") -> None:
         console.print(say("meshplan.matrix", lang))
         for r, row in enumerate(matrix):
             console.print(f"  rank {r}: " + "  ".join(human_bytes(v).rjust(9) for v in row))
+
+
+def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape: tuple, src: tuple, dst: tuple,
+                     dtype: str, engine: str, coords: list, ins: list, outs: list, moved: list) -> None:
+    """The ranks of the mesh drawn as a grid, each cell saying what that rank holds, before and after."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..layout import mesh_region
+
+    mesh = "x".join(str(s) for s in mesh_shape)
+    console.print(say("demo.title_mesh", lang, rows=shape[0], cols=shape[1], dtype=dtype, mesh=mesh, engine=engine))
+    console.print()
+    grid_cols = mesh_shape[-1]
+
+    def layout(title: str, placements: tuple, arrays: list) -> None:
+        table = Table(title=title, title_justify="left", show_lines=True)
+        for k in range(grid_cols):
+            table.add_column(say("demo.mesh_column", lang, dim=len(mesh_shape) - 1, k=k))
+        whole = tuple(Replicate() if isinstance(p, Partial) else p for p in placements)
+        cells = []
+        for r, coord in enumerate(coords):
+            region = mesh_region(shape, whole, coord, mesh_shape)
+            dims = " x ".join(str(s) for s in arrays[r].shape)
+            text = Text(f"rank {r} {tuple(coord)}\n", style=RANK_STYLES[r % len(RANK_STYLES)])
+            words = describe_region(region, lang) if all(b > a for a, b in region) else say("demo.nothing", lang)
+            if any(isinstance(p, Partial) for p in placements):
+                words += " (" + say("demo.partial_word", lang) + ")"
+            text.append(f"{words}\n[{dims}]")
+            cells.append(text)
+        for start in range(0, len(cells), grid_cols):
+            table.add_row(*cells[start : start + grid_cols])
+        console.print(table)
+
+    layout(say("demo.before_mesh", lang, placement=", ".join(map(repr, src))), src, ins)
+    layout(say("demo.after_mesh", lang, placement=", ".join(map(repr, dst))), dst, outs)
+    sent = max(m[0] for m in moved)
+    received = max(m[1] for m in moved)
+    console.print(say("demo.moved_mesh", lang, sent=human_bytes(sent), received=human_bytes(received)))
