@@ -74,7 +74,7 @@ def test_version():
 
 
 @pytest.mark.parametrize("args,needles", [
-    ((), ["rank 3 (1, 1)", "rows 4-7, cols 4-7 [4 x 4]", "OK: all 4 ranks hold exactly their part of A under (Shard(1), Shard(0))"]),
+    ((), ["rank 3 (1, 1)", "rows 4-7, cols 0-3", "[4 x 4]", "OK: all 4 ranks hold exactly their part of A under (Shard(1), Shard(0))"]),
     (("--src", "P,S(1)", "--dst", "S(0),R", "--lang", "ko"), ["rank 0 (0, 0)", "확인: 4개 rank 모두"]),
     (("--engine", "mpi", "--src", "S(0),R", "--dst", "S(1),R"), ["OK: all 4 ranks"]),
 ])

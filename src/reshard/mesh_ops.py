@@ -168,24 +168,57 @@ def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
 
 def _exchange_boxes(k: Call, xt: Array, out: Array, held: Box, target: Box, sends: list, recvs: list,
                     send_counts: list[int], recv_counts: list[int]) -> None:
+    """One message per peer and direction. A peer's piece that is one contiguous run of the
+    result is received straight into it, one that is a run of the input is sent as it is; the
+    rest goes through a buffer (packed just before its send, unpacked once it arrived)."""
     arrays, stats = k.arrays, k.stats
     item = arrays.itemsize(xt)
-    send = scratch(arrays, stats, sum(send_counts), like=xt)
-    at = 0
-    for _, box in sends:
-        n = box_size(box)
-        arrays.copy(send[at : at + n].reshape(tuple(b - a for a, b in box)), xt[_slices(box, held)])
-        at += n
-    stats.pack_copies += 1
-    recv = alloc(arrays, stats, [sum(recv_counts)], like=xt)
-    k.transport.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), [c * item for c in recv_counts],
-                          [c * item for c in send_counts], k.op)
-    at = 0
-    for _, _, box in recvs:
-        n = box_size(box)
-        arrays.copy(out[_slices(box, target)], recv[at : at + n].reshape(tuple(b - a for a, b in box)))
-        at += n
-    stats.unpack_copies += 1
+    by_src: dict[int, list[Box]] = {}
+    for p, _, box in recvs:
+        by_src.setdefault(p, []).append(box)
+    by_dst: dict[int, list[Box]] = {}
+    for q, box in sends:
+        by_dst.setdefault(q, []).append(box)
+    landing, unpack = [], []
+    for p, boxes in sorted(by_src.items()):
+        view = out[_slices(boxes[0], target)] if len(boxes) == 1 else None
+        if view is not None and arrays.is_contiguous(view):
+            landing.append((p, view.reshape(-1)))
+        else:
+            side = alloc(arrays, stats, [recv_counts[p]], like=xt)
+            landing.append((p, side))
+            unpack.append((side, boxes))
+
+    def messages():  # runs once every receive is posted; each peer's piece in its own part of one buffer
+        packed, pack, base = False, None, 0
+        for q, boxes in sorted(by_dst.items()):
+            view = xt[_slices(boxes[0], held)] if len(boxes) == 1 else None
+            if view is not None and arrays.is_contiguous(view):
+                yield q, view.reshape(-1)
+                continue
+            if pack is None:
+                pack = scratch(arrays, stats, sum(send_counts), like=xt)
+            at = base
+            for box in boxes:
+                n = box_size(box)
+                arrays.copy(pack[at : at + n].reshape(tuple(b - a for a, b in box)), xt[_slices(box, held)])
+                at += n
+            packed = True
+            yield q, pack[base:at]
+            base = at
+        if packed:
+            stats.pack_copies += 1
+
+    k.transport.exchange_pairs([(p, arrays.bytes_of(b)) for p, b in landing],
+                               ((q, arrays.bytes_of(b)) for q, b in messages()), k.op)
+    for side, boxes in unpack:
+        at = 0
+        for box in boxes:
+            n = box_size(box)
+            arrays.copy(out[_slices(box, target)], side[at : at + n].reshape(tuple(b - a for a, b in box)))
+            at += n
+    if unpack:
+        stats.unpack_copies += 1
     stats.bytes_sent += sum(send_counts) * item
     stats.bytes_received += sum(recv_counts) * item
 

@@ -32,6 +32,7 @@ from .base import AllToAllGeometry, CallState, ExchangeRun
 from .mpi_forms import PeerSend, split_form, typed_fits, typed_form, typed_path_may_take
 
 INT_MAX = 2**31 - 1
+PAIR_TAG = 0x5253  # reshard's point-to-point messages, apart from a user's
 _BLOCK = 1 << 30  # bytes per hindexed block: comfortably below INT_MAX
 _SPIN_S = 0.002  # poll without sleeping this long first: most checks finish within it
 
@@ -202,7 +203,16 @@ class MPIEngine:
         return lambda: PeerSend(call, x, split_dim, send_sizes).both()
 
     def exchange_pairs(self, recvs: Any, sends: Any, what: str) -> None:
-        raise NotImplementedError("the MPI engine moves pieces with Alltoallv/Alltoallw, not point-to-point")
+        """Point-to-point messages: receive each ``(peer, buffer)`` of ``recvs``; send each one
+        ``sends`` yields, as it yields it. Buffers are contiguous 1-D arrays or CPU tensors; at
+        most one message per pair of ranks and direction, of exactly the receiver's length."""
+        comm = self.mpi_comm
+        with self._guard(what):
+            # MPI counts are ints: a message past 2**31 bytes travels as 1 GiB parts, in order
+            reqs = [comm.Irecv([part, MPI.BYTE], source=peer, tag=PAIR_TAG) for peer, buf in recvs for part in _parts(buf)]
+            for peer, buf in sends:
+                reqs += [comm.Isend([part, MPI.BYTE], dest=peer, tag=PAIR_TAG) for part in _parts(buf)]
+            MPI.Request.Waitall(reqs)
 
     def subgroup(self, groups: Sequence[Sequence[int]]) -> MPIEngine:
         """Collective: this rank's communicator among ``groups`` (disjoint, covering), by Split."""
@@ -230,6 +240,13 @@ class MPIEngine:
             with contextlib.suppress(MPI.Exception):
                 self.mpi_comm.Free()
             self.mpi_comm = MPI.COMM_NULL
+
+
+def _parts(buf: Any) -> list[Any]:
+    """``buf``'s bytes as MPI buffers of at most ``_BLOCK`` bytes each."""
+    whole = as_buffer(buf)
+    view = memoryview(whole).cast("B") if not isinstance(whole, np.ndarray) else whole.reshape(-1).view(np.uint8)
+    return [view[at : at + _BLOCK] for at in range(0, len(view), _BLOCK)] or [view]
 
 
 def _layout(pieces: Sequence[tuple]) -> tuple[tuple[list, list], list]:
