@@ -75,7 +75,8 @@ class Engine(Protocol):
         packs before its exchange; None where it does not (its result is the form's ``sent``)."""
 
     def exchange_pairs(self, recvs: Sequence[tuple[int, Any]], sends: Iterable[tuple[int, Any]], what: str) -> None:
-        """Point-to-point messages (engines without them raise NotImplementedError)."""
+        """Point-to-point messages: each ``(peer, buffer)`` of ``recvs`` received, each one ``sends``
+        yields sent as it yields it; at most one message per pair of ranks and direction."""
 
     def subgroup(self, groups: Sequence[Sequence[int]]) -> Engine:
         """Collective: the engine of this rank's group among ``groups`` (disjoint, covering)."""
