@@ -16,7 +16,8 @@ MAX_LINES = 500
 LAYERS = [
     ["errors", "meta"],
     ["layout", "messages"],
-    ["plan", "arrays", "mesh_plan"],
+    ["plan", "arrays"],
+    ["mesh_plan"],
     ["stats", "activity"],
     ["buffers", "agreement"],
     ["pieces"],

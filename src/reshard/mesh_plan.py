@@ -17,15 +17,8 @@ from dataclasses import dataclass
 
 from .errors import InvalidArgument
 from .layout import Placement, Replicate, Shard, mesh_region, normalize_dim, shard_sizes, split_sizes
-
-Box = tuple[tuple[int, int], ...]
-
-
-def box_size(box: Box) -> int:
-    n = 1
-    for a, b in box:
-        n *= max(0, b - a)
-    return n
+from .plan import Region as Box
+from .plan import region_numel as box_size
 
 
 def box_intersect(a: Box, b: Box) -> Box | None:
@@ -83,7 +76,30 @@ def _normalize(placements: Sequence[Placement], ndim: int, mesh_ndim: int, name:
     return tuple(out)
 
 
-class BoxExchange:
+class _Transfers:
+    """What follows from ``recvs(rank)`` (the boxes each rank receives, with their senders)."""
+
+    size: int
+
+    def recvs(self, rank: int) -> list[tuple[int, Box]]:
+        raise NotImplementedError
+
+    def sends(self, rank: int) -> list[tuple[int, Box]]:
+        """(destination rank, box) for every piece ``rank`` sends (the mirror of ``recvs``)."""
+        return [(q, box) for q in range(self.size) for src, box in self.recvs(q) if src == rank]
+
+    def bytes_per_rank(self, itemsize: int) -> tuple[list[int], list[int]]:
+        """(sent, received) bytes per rank, listing every rank's boxes (small meshes)."""
+        sent, received = [0] * self.size, [0] * self.size
+        for q in range(self.size):
+            for p, box in self.recvs(q):
+                n = box_size(box) * itemsize
+                sent[p] += n
+                received[q] += n
+        return sent, received
+
+
+class BoxExchange(_Transfers):
     """One exchange between two Shard/Replicate layouts of a tensor on a mesh."""
 
     def __init__(self, global_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
@@ -146,20 +162,6 @@ class BoxExchange:
                     out.append((self.rank(coord), piece))
         return out
 
-    def sends(self, rank: int) -> list[tuple[int, Box]]:
-        """(destination rank, box) for every piece ``rank`` sends (the mirror of ``recvs``)."""
-        return [(q, box) for q in range(self.size) for src, box in self.recvs(q) if src == rank]
-
-    def bytes_per_rank(self, itemsize: int) -> tuple[list[int], list[int]]:
-        """(sent, received) bytes per rank."""
-        sent, received = [0] * self.size, [0] * self.size
-        for q in range(self.size):
-            for p, box in self.recvs(q):
-                n = box_size(box) * itemsize
-                sent[p] += n
-                received[q] += n
-        return sent, received
-
     def lower_bound(self, rank: int) -> int:
         """Elements ``rank`` needs and does not hold: no plan can receive fewer."""
         return sum(box_size(b) for b in box_subtract(self.needed(rank), self.held(rank)))
@@ -176,7 +178,7 @@ class Reduction:
     op: str
 
 
-class MeshPlan:
+class MeshPlan(_Transfers):
     """Every step of one layout change on a mesh: the reductions of Partial sources on their
     mesh dims, then one exchange of boxes (the minimum), then the local fill of Partial
     destinations. Pure; each rank's part is worked out from its coordinate."""
@@ -264,16 +266,6 @@ class MeshPlan:
     def recvs(self, rank: int) -> list[tuple[int, Box]]:
         return self.exchange.sources(rank, self.missing(rank))
 
-    def sends(self, rank: int) -> list[tuple[int, Box]]:
-        return [(q, box) for q in range(self.size) for p, box in self.recvs(q) if p == rank]
-
-    def bytes_per_rank(self, itemsize: int) -> tuple[list[int], list[int]]:
-        sent, received = [0] * self.size, [0] * self.size
-        for q in range(self.size):
-            for p, box in self.recvs(q):
-                sent[p] += box_size(box) * itemsize
-                received[q] += box_size(box) * itemsize
-        return sent, received
 
 
 def exchange_totals(global_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
