@@ -155,22 +155,27 @@ def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
         if plan.fill_op is not None:
             low, high = arrays.lowest_highest(xt)
             out = arrays.full_like(out, {"sum": 0, "max": low, "min": high}[plan.fill_op])
-        for box in kept:
-            arrays.copy(out[_slices(box, target)], xt[_slices(box, held)])
+        def keep() -> None:  # this rank's own part, copied while the others' pieces travel
+            for box in kept:
+                arrays.copy(out[_slices(box, target)], xt[_slices(box, held)])
+
         if moves:
             started = stats.begin_step()
-            _exchange_boxes(k, xt, out, held, target, sends, recvs, send_counts, recv_counts)
+            _exchange_boxes(k, xt, out, held, target, sends, recvs, send_counts, recv_counts, keep)
             stats.end_step("all_to_all", started)
+        else:
+            keep()
         return out
 
     return run
 
 
 def _exchange_boxes(k: Call, xt: Array, out: Array, held: Box, target: Box, sends: list, recvs: list,
-                    send_counts: list[int], recv_counts: list[int]) -> None:
+                    send_counts: list[int], recv_counts: list[int], meanwhile: Any) -> None:
     """One message per peer and direction. A peer's piece that is one contiguous run of the
     result is received straight into it, one that is a run of the input is sent as it is; the
-    rest goes through a buffer (packed just before its send, unpacked once it arrived)."""
+    rest goes through a buffer (packed just before its send, unpacked once it arrived).
+    ``meanwhile()`` runs once every send is under way (the rank's own part)."""
     arrays, stats = k.arrays, k.stats
     item = arrays.itemsize(xt)
     by_src: dict[int, list[Box]] = {}
@@ -208,6 +213,7 @@ def _exchange_boxes(k: Call, xt: Array, out: Array, held: Box, target: Box, send
             base = at
         if packed:
             stats.pack_copies += 1
+        meanwhile()
 
     k.transport.exchange_pairs([(p, arrays.bytes_of(b)) for p, b in landing],
                                ((q, arrays.bytes_of(b)) for q, b in messages()), k.op)
