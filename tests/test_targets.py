@@ -1,7 +1,7 @@
 """benchmarks/targets.py: which measurements each engine's targets take, the arithmetic from
 bench rows to ratios, and the verdicts. The bench itself is stubbed with rows whose times are
 chosen here, so every expected ratio is computed independently of the code under test; the
-real bench runs in test_bench.py, and the figures of this machine are in benchmarks/RESULTS.md."""
+real bench runs in test_bench.py, and the figures of this machine are in docs/performance.md."""
 
 from __future__ import annotations
 
