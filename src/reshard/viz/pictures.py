@@ -10,7 +10,6 @@ import html
 import json
 from collections.abc import Sequence
 
-from ..layout import Partial, Placement, Replicate, Shard
 from .scenes import Cell, Scene
 
 PALETTE = ["#d62728", "#2ca02c", "#1f77b4", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
@@ -248,13 +247,3 @@ else if (at >= 0) go(at, want[1] === "final" ? "after" : "before");
 else {{ go(0); setTimeout(play, 800); }}
 </script></body></html>
 """
-
-
-def placement_caption(p: Placement) -> str:
-    if isinstance(p, Shard):
-        return f"{'row' if p.dim % 2 == 0 else 'column'}-sharded ({p!r})"
-    if isinstance(p, Replicate):
-        return "replicated (Replicate())"
-    if isinstance(p, Partial):
-        return f"partial ({p!r})"
-    return repr(p)
