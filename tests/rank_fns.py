@@ -445,3 +445,29 @@ def mesh_grads(comm, mesh_shape, shape, pairs):
         want = rs.local_shard(W, as_rep(s_pl), mesh.coord, mesh_shape)
         ok.append((src, dst, bool(torch.equal(x.grad, want))))
     return ok
+
+
+def mesh_bad_input(comm, case):
+    """A redistribute on a 2x2 mesh that some rank calls wrongly; returns the error class name."""
+    mesh = rs.Mesh((2, 2), comm=comm)
+    full = pattern((8, 8), "float32")
+    src, dst = (rs.Shard(0), rs.Shard(1)), (rs.Shard(1), rs.Shard(0))
+    x = rs.local_shard(full, src, mesh.coord, mesh.shape)
+    kwargs = {}
+    if case == "dst differs" and comm.rank == 3:
+        dst = (rs.Replicate(), rs.Shard(0))
+    elif case == "too few placements" and comm.rank == 1:
+        dst = (rs.Shard(1),)
+    elif case == "shard too big" and comm.rank == 2:
+        x = np.zeros((5, 4), np.float32)
+    elif case == "global_shape wrong" and comm.rank == 0:
+        kwargs["global_shape"] = (8, 9)
+    elif case == "check off, dst differs":
+        kwargs["check"] = False
+        if comm.rank == 3:
+            dst = (rs.Replicate(), rs.Shard(0))
+    try:
+        rs.redistribute(x, src, dst, mesh=mesh, **kwargs)
+    except rs.ReshardError as exc:
+        return type(exc).__name__
+    return "returned"

@@ -77,3 +77,12 @@ def test_gradients_through_a_mesh_redistribute(engine):
     for rank_result in rs.spawn(rank_fns.mesh_grads, 4, engine=engine, args=((2, 2), (5, 6), pairs), timeout=300):
         bad = [(s, d) for s, d, ok in rank_result if not ok]
         assert bad == [], bad[:5]
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+@pytest.mark.parametrize(("case", "error"), [
+    ("dst differs", "MismatchError"), ("too few placements", "InvalidArgument"), ("shard too big", "MismatchError"),
+    ("global_shape wrong", "InvalidArgument"), ("check off, dst differs", "MismatchError"),
+])
+def test_bad_input_on_a_mesh_raises_on_every_rank(engine, case, error):
+    assert rs.spawn(rank_fns.mesh_bad_input, 4, engine=engine, args=(case,), timeout=120) == [error] * 4
