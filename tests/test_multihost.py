@@ -81,7 +81,7 @@ def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
     master = two_hosts[0][2]
     procs = []
     for node, (ns, dev, _) in enumerate(two_hosts):
-        env = dict(os.environ, GLOO_SOCKET_IFNAME=dev, OMP_NUM_THREADS="1")
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=dev, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))  # torchrun's files too
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                "--node-rank", str(node), "--nproc-per-node", "2", "--master-addr", master, "--master-port", "29533",
                str(script), str(tmp_path)]

@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
 def test_init_under_torchrun(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))  # torchrun's own files too
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-addr", "127.0.0.1",
          "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", str(script), str(tmp_path)],
