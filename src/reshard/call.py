@@ -134,14 +134,7 @@ class Call:
     def run_and_remember(self, run: Callable[..., Array], collective: str | None = None) -> Array:
         """``run(self, self.x)`` as one step named ``collective`` (default: the op), kept for
         replay (ops with no autograd rule of their own)."""
-        name = collective or self.op
-
-        def step(k: Call, xt: Array, sent: Any = None) -> Array:
-            started = k.stats.begin_step()
-            out = run(k, xt)
-            k.stats.end_step(name, started)
-            return out
-
+        step = one_step(collective or self.op, lambda k, xt, sent=None: run(k, xt))
         out = step(self, self.x)
         self.remember(step)
         return out
@@ -242,6 +235,18 @@ class Call:
         return out
 
 
+
+
+def one_step(collective: str, run: Callable[..., Array]) -> Callable[..., Array]:
+    """``run(call, x, sent=None)`` recorded as one step of ``collective`` in the call's stats."""
+
+    def step(k: Call, xt: Array, sent: Any = None) -> Array:
+        started = k.stats.begin_step()
+        out = run(k, xt, sent)
+        k.stats.end_step(collective, started)
+        return out
+
+    return step
 
 
 def wants_grad(x: Any) -> bool:

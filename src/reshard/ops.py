@@ -16,7 +16,7 @@ import numpy as np
 
 from . import execute
 from .arrays import dtype_name
-from .call import MISS, Call, wants_grad
+from .call import MISS, Call, one_step, wants_grad
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
 from .layout import REDUCE_OPS, Partial, Shard, check_int, normalize_dim, parse_placement, shard_sizes
@@ -96,7 +96,7 @@ def all_to_all(
             call.record.split_sizes = sizes
     shapes = call.agree(free_dims=(c,), while_waiting=_pack_ahead(call, s, sizes))
     splits = execute.split_table(s, sizes, shapes)
-    run = _one_step("all_to_all", execute.all_to_all_run(call, call.x, s, c, splits, shapes))
+    run = one_step("all_to_all", execute.all_to_all_run(call, call.x, s, c, splits, shapes))
     out = run(call, call.x, call.overlapped)
 
     def grad(k: Call, x: Array, out: Array) -> Array:
@@ -116,18 +116,6 @@ def all_to_all(
         out = grad(call, x, out)
     call.remember(run, grad)
     return call.result(out)
-
-
-def _one_step(collective: str, run: Any) -> Any:
-    """``run`` recorded as one step of ``collective`` in the call's stats."""
-
-    def step(k: Call, xt: Array, sent: Any = None) -> Array:
-        started = k.stats.begin_step()
-        out = run(k, xt, sent)
-        k.stats.end_step(collective, started)
-        return out
-
-    return step
 
 
 def _pack_ahead(call: Call, s: int, sizes: Sequence[int] | None) -> Any:
