@@ -22,7 +22,7 @@ LAYERS = [
     ["buffers", "agreement"],
     ["pieces"],
     ["engines.base"],
-    ["engines.gloo_pairwise", "engines.mpi_forms"],
+    ["engines.gloo_pairwise", "engines.mpi_forms", "engines.shm"],
     ["engines.torch_engine", "engines.mpi_engine", "engines"],
     ["comm"],
     ["mesh"],

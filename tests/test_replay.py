@@ -35,10 +35,11 @@ def test_second_call_replays_and_matches_the_oracle(engine, op, check):
         first = calls[0][2:]
         for later in calls[1:]:
             assert later[3:] == first[1:], (rank, calls)  # the same traffic
-        # The first call always agrees (one round, check on or off). A replay still exchanges
-        # the records when the check is on or the shards' lengths are needed; with check off
-        # and everything known (global_shape), nothing but data.
-        assert first[0] == 1, calls
+        # The first call always agrees (one round of records, check on or off), after the
+        # replay vote when the check is on. A replay then votes (check on) or exchanges the
+        # records (check off, the shards' lengths needed); with check off and everything
+        # known (global_shape), nothing but data.
+        assert first[0] == (2 if check else 1), calls
         rounds = [c[2] for c in calls[1:]]
         assert rounds == [0 if (not check and op in ("redistribute_global", "reduce_scatter")) else 1] * 2, calls
 
@@ -77,12 +78,17 @@ def test_shards_changing_under_a_plan(engine, case):
     per_rank = rs.spawn(replay_rank.repeated_all_to_all, n, engine=engine, args=(shape, s, c, history, kind))
     for rank, calls in enumerate(per_rank):
         assert all(ok for ok, _, _ in calls), (rank, calls, case)
-        for i, (_, replayed, signature) in enumerate(calls):
-            # The model: a rank keeps one plan per signature of its own input (shape and
-            # layout; dtype and arguments are fixed here), made by the latest call with that
-            # signature; it replays exactly when every rank's shard is what it was then.
-            earlier = [j for j in range(i) if calls[j][2] == signature]
-            assert replayed == bool(earlier and history[earlier[-1]] == history[i]), (rank, i, case)
+    for i in range(len(history)):
+        # The model: a rank keeps one plan per signature of its own input (shape and layout;
+        # dtype and arguments are fixed here), made by the latest call with that signature.
+        # Every rank replays exactly when every rank holds such a plan, made when every
+        # rank's shard was what it is now; otherwise none does.
+        def holds_current_plan(calls, i=i):
+            earlier = [j for j in range(i) if calls[j][2] == calls[i][2]]
+            return bool(earlier) and history[earlier[-1]] == history[i]
+
+        want = all(holds_current_plan(calls) for calls in per_rank)
+        assert [calls[i][1] for calls in per_rank] == [want] * n, (i, case)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -107,8 +113,9 @@ def test_freed_datatypes_are_never_replayed():
 @pytest.mark.parametrize("engine", ENGINES)
 def test_flipping_the_check_makes_a_new_signature(engine):
     for seen in rs.spawn(replay_rank.toggled_check, 2, engine=engine):
-        # check on: one records round; check off: all_to_all still needs every shard's length
-        assert seen == [(False, 1), (True, 1), (False, 1), (True, 1), (True, 1)], seen
+        # check on: the vote, plus the records on a first call; check off: the records (a
+        # replay of all_to_all still needs every shard's length)
+        assert seen == [(False, 2), (True, 1), (False, 1), (True, 1), (True, 1)], seen
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -42,6 +42,13 @@ def scratch(arrays: Any, stats: ExchangeStats, count: int, like: Any) -> Any:
     return cached[:nbytes].view(like.dtype)
 
 
+def pack_buffer(call: Any, count: int, like: Any) -> Any:
+    """The pack buffer of one exchange: in the engine's outbox where it has one (same-host
+    peers read the pieces from there), else ``scratch``."""
+    buf = call.transport.send_buffer(count, like, call.stats)
+    return scratch(call.arrays, call.stats, count, like) if buf is None else buf
+
+
 def release_buffers() -> None:
     """Drop this thread's pack buffers kept between calls (at most one shard per device);
     ``Comm.close()`` calls it."""

@@ -3,16 +3,23 @@ check, and the replay of an earlier call's plan.
 
 Training loops call the same op on the same shapes every step. The first call of a signature
 (op, arguments, input shape, dtype, device, contiguity, check) validates, checks and works out
-the exchange (piece shapes, datatypes, counts); later calls replay that plan. With the check
-on (or when the peers' shapes are needed) a replay still exchanges its record with every rank
-and compares all of them, byte for byte, with those the plan was made from: any change on any
-rank falls back to the full path with the records already in hand, so a replay raises exactly
-what the full path would.
+the exchange (piece shapes, datatypes, counts); later calls replay that plan.
+
+With the check on, every call that can replay first takes a *vote*: one all-reduce (max) of two
+int64 per rank, carrying the digest of the records its plan was made from (0 where it has no
+plan). A plan runs only when every rank holds one made from the same records, which, since a
+rank's own record is part of its signature, means the records are unchanged on every rank; any
+other outcome sends every rank down the full path, which exchanges the records themselves. The
+vote is 16 bytes whatever the number of ranks, where the records are O(ranks) bytes each. With
+the check off, a replay that needs its peers' shapes exchanges its record and compares the
+records byte for byte instead; any change falls back to the full path with them in hand.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import operator
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,11 +47,13 @@ class CachedRun:
 
     record: Any  # this rank's encoded check record, or None when the call exchanged none
     gathered: bytes | None  # every rank's records, as they were when the plan was made
+    digest: int  # a 63-bit digest of ``gathered`` (never 0), this rank's vote on a replay
     run: Callable[..., Array]  # (call, x) -> result
     arrays: Any
     numpy_in: bool
     detach: bool
     grad: Callable[..., Array] | None  # (call, x, out) -> out on the autograd tape
+    ahead: Callable[..., Any] | None = None  # (call, x) -> the run's ``sent``: local work done early
 
 
 _PLAIN_TYPES = (int, str, Shard, Replicate, Partial)
@@ -58,6 +67,8 @@ def _plain(value: Any) -> Any:
         return None
     if kind in (tuple, list):
         return (kind, tuple(_plain(v) for v in value))
+    if kind not in _PLAIN_TYPES and kind is not bool and hasattr(kind, "__index__"):
+        return (int, operator.index(value))  # numpy's integers: the int they stand for
     if kind not in _PLAIN_TYPES or (kind is Shard and type(value.dim) is not int):
         raise TypeError(kind)
     return (kind, value)
@@ -102,31 +113,45 @@ class Call:
 
     def replay(self, args: tuple) -> Any:
         """This call's result from the plan of an earlier call with the same signature, or
-        ``MISS``. The plan stands only while every rank's records are byte-identical to the
-        ones it was made from, so the check (when on) is one exchange and one comparison; when
-        they changed, the full path takes over with the records already gathered."""
+        ``MISS`` (then nothing was sent and the full path takes over). With the check on, the
+        plan runs only when the vote finds every rank holding a plan made from the same
+        records; the plan's local work (``ahead``) is done while the vote travels."""
         key = _signature(self.op, self.x, self.check, args)
-        if key is None:
-            return MISS
         self.key = key
-        plan = self.comm.replay_cache.get(key)
-        if plan is None:
-            return MISS
-        if plan.record is not None:
+        plan = None if key is None else self.comm.replay_cache.get(key)
+        if plan is not None and plan.record is None and self.check:
+            plan = None  # made without the records: it cannot vote
+        x, arrays, sent = self.x, self.arrays, None
+        if plan is not None:
+            self.arrays = plan.arrays
+            if plan.numpy_in:
+                x = to_torch(x)
+            elif plan.detach:
+                x = x.detach()
+        if self.check:
+            # Every rank votes, plan or not, so the collectives line up whatever each found.
+            finish = self.transport.start_allreduce_max(
+                np.array([plan.digest, -plan.digest] if plan else [0, 0], dtype=np.int64), f"{self.op} (check)")
+            self.stats.metadata_exchanges += 1
+            if plan is not None and plan.ahead is not None:
+                sent = plan.ahead(self, x)
+            votes = finish()
+            if not (votes[0] != 0 and votes[0] == -votes[1]):
+                plan = None
+        elif plan is not None and plan.record is not None:
             gathered = self.transport.start_allgather_bytes(plan.record, f"{self.op} (check)")()
             self.stats.metadata_exchanges += 1
             if gathered.tobytes() != plan.gathered:
                 self.pregathered = gathered
-                return MISS
-        x = self.x
-        self.arrays = plan.arrays
+                plan = None
+        if plan is None:
+            self.arrays, exchanges = arrays, self.stats.metadata_exchanges
+            self.stats = ExchangeStats(self.op)  # the full path counts from scratch
+            self.stats.metadata_exchanges = exchanges
+            return MISS
+        self.numpy_in = plan.numpy_in
         self.stats.replayed = True
-        if plan.numpy_in:
-            self.numpy_in = True
-            x = to_torch(x)
-        elif plan.detach:
-            x = x.detach()
-        out = plan.run(self, x)
+        out = plan.run(self, x) if sent is None else plan.run(self, x, sent)
         if plan.grad is not None and wants_grad(self.x):
             out = plan.grad(self, self.x, out)
         return self.result(out)
@@ -139,8 +164,10 @@ class Call:
         self.remember(step)
         return out
 
-    def remember(self, run: Callable[..., Array], grad: Callable[..., Array] | None = None) -> None:
-        """Keep what this (successful) call worked out, for the next call with its signature."""
+    def remember(self, run: Callable[..., Array], grad: Callable[..., Array] | None = None,
+                 ahead: Callable[..., Any] | None = None) -> None:
+        """Keep what this (successful) call worked out, for the next call with its signature;
+        ``ahead(call, x)``, if given, is ``run``'s local work, whose result ``run`` takes as ``sent``."""
         if self.key is None:
             return
         plans = self.comm.replay_cache
@@ -150,7 +177,10 @@ class Call:
         detach = is_torch(x) and self.key[-1]  # requires_grad
         # A replay exchanges records again only when the check is on or the peers' shapes are needed.
         record, gathered = (self.sent_record, self.gathered_raw) if self.replay_exchanges else (None, None)
-        plans[self.key] = CachedRun(record, gathered, run, self.arrays, self.numpy_in, bool(detach), grad)
+        digest = 0
+        if gathered is not None:
+            digest = int.from_bytes(hashlib.blake2b(gathered, digest_size=8).digest(), "little") >> 1 or 1
+        plans[self.key] = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, ahead)
 
     @contextlib.contextmanager
     def validating(self) -> Iterator[None]:

@@ -9,7 +9,7 @@ import zlib
 from typing import Any
 
 from . import execute
-from .buffers import alloc, scratch
+from .buffers import alloc, pack_buffer
 from .call import MISS, Call, wants_grad
 from .errors import InvalidArgument, MismatchError
 from .layout import Partial, Replicate, Shard, check_int, mesh_region, normalize_dim, parse_placements
@@ -66,7 +66,7 @@ def redistribute_mesh(x: Array, src: Any, dst: Any, mesh: Mesh, global_shape: An
         call.numpy_in = False
         return call.result(x)
     plan = MeshPlan(gshape, s_pl, d_pl, mesh.shape, rule)
-    run = mesh_run(call, mesh, plan)
+    run, ahead = mesh_run(call, mesh, plan)
     out = run(call, call.x)
 
     def grad(k: Call, x: Array, out: Array) -> Array:
@@ -84,7 +84,7 @@ def redistribute_mesh(x: Array, src: Any, dst: Any, mesh: Mesh, global_shape: An
 
     if wants_grad(x):
         out = grad(call, x, out)
-    call.remember(run, grad)
+    call.remember(run, grad, ahead)
     return call.result(out)
 
 
@@ -120,7 +120,8 @@ def _slices(box: Box, origin: Box) -> tuple[slice, ...]:
 
 
 def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
-    """``run(call, x, sent=None)`` for this rank's part of ``plan``, everything worked out once."""
+    """``run(call, x, sent=None)`` for this rank's part of ``plan``, everything worked out once,
+    and ``ahead(call, x)`` (its local work, done early; its result is ``sent``) or None."""
     rank, size = mesh.comm.rank, mesh.size
     subs = {red.mesh_dim: mesh.sub(red.mesh_dim) for red in plan.reductions}  # every rank, same order
     everyone = [plan.recvs(q) for q in range(size)]
@@ -137,8 +138,24 @@ def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
     for p, _, box in recvs:
         recv_counts[p] += box_size(box)
 
+    exchange = _BoxExchange(held, target, sends, recvs, send_counts, recv_counts)
+
+    def start(k: Call, xt: Array) -> tuple[Array, Any]:
+        out = alloc(k.arrays, k.stats, out_shape, like=xt)
+        if plan.fill_op is not None:
+            low, high = k.arrays.lowest_highest(xt)
+            out = k.arrays.full_like(out, {"sum": 0, "max": low, "min": high}[plan.fill_op])
+        return out, (lambda: [k.arrays.copy(out[_slices(box, target)], xt[_slices(box, held)]) for box in kept])
+
+    def ahead(k: Call, xt: Array) -> Any:
+        """The local work (the result, this rank's own part, every packed piece) done before
+        the exchange, e.g. while the replay's check travels."""
+        out, keep = start(k, xt)
+        keep()
+        return out, exchange.pack(k, xt)
+
     def run(k: Call, xt: Array, sent: Any = None) -> Array:
-        stats, arrays = k.stats, k.arrays
+        stats = k.stats
         for red in plan.reductions:
             kk = Call(f"redistribute ({red.collective} on mesh dim {red.mesh_dim})", xt, subs[red.mesh_dim], False)
             kk.take_input()
@@ -146,87 +163,102 @@ def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
             if red.collective == "reduce_scatter":
                 xt = execute.reduce_scatter_core(kk, kk.x, red.dim, red.op)
             else:
-                steps = make_plan(tuple(xt.shape), Partial(red.op), Replicate(), kk.size, itemsize=arrays.itemsize(xt))
+                steps = make_plan(tuple(xt.shape), Partial(red.op), Replicate(), kk.size, itemsize=k.arrays.itemsize(xt))
                 xt = execute.plan_run(kk, kk.x, steps)(kk, kk.x)
             for name in ("bytes_sent", "bytes_received", "allocated_bytes", "pack_copies", "unpack_copies"):
                 setattr(stats, name, getattr(stats, name) + getattr(kk.stats, name))
             stats.end_step(red.collective, started)
-        out = alloc(arrays, stats, out_shape, like=xt)
-        if plan.fill_op is not None:
-            low, high = arrays.lowest_highest(xt)
-            out = arrays.full_like(out, {"sum": 0, "max": low, "min": high}[plan.fill_op])
-        def keep() -> None:  # this rank's own part, copied while the others' pieces travel
-            for box in kept:
-                arrays.copy(out[_slices(box, target)], xt[_slices(box, held)])
-
+        if sent is not None:
+            (out, packed), keep = sent, None
+        else:
+            (out, keep), packed = start(k, xt), None
         if moves:
             started = stats.begin_step()
-            _exchange_boxes(k, xt, out, held, target, sends, recvs, send_counts, recv_counts, keep)
+            exchange.run(k, xt, out, packed, keep)
             stats.end_step("all_to_all", started)
-        else:
+        elif keep is not None:
             keep()
         return out
 
-    return run
+    # Only a change with no reduction first can do its local work before the exchange.
+    return run, (None if plan.reductions else ahead)
 
 
-def _exchange_boxes(k: Call, xt: Array, out: Array, held: Box, target: Box, sends: list, recvs: list,
-                    send_counts: list[int], recv_counts: list[int], meanwhile: Any) -> None:
+class _BoxExchange:
     """One message per peer and direction. A peer's piece that is one contiguous run of the
     result is received straight into it, one that is a run of the input is sent as it is; the
-    rest goes through a buffer (packed just before its send, unpacked once it arrived).
-    ``meanwhile()`` runs once every send is under way (the rank's own part)."""
-    arrays, stats = k.arrays, k.stats
-    item = arrays.itemsize(xt)
-    by_src: dict[int, list[Box]] = {}
-    for p, _, box in recvs:
-        by_src.setdefault(p, []).append(box)
-    by_dst: dict[int, list[Box]] = {}
-    for q, box in sends:
-        by_dst.setdefault(q, []).append(box)
-    landing, unpack = [], []
-    for p, boxes in sorted(by_src.items()):
-        view = out[_slices(boxes[0], target)] if len(boxes) == 1 else None
-        if view is not None and arrays.is_contiguous(view):
-            landing.append((p, view.reshape(-1)))
-        else:
-            side = alloc(arrays, stats, [recv_counts[p]], like=xt)
-            landing.append((p, side))
-            unpack.append((side, boxes))
+    rest goes through a buffer (packed before its send, unpacked once it arrived)."""
 
-    def messages():  # runs once every receive is posted; each peer's piece in its own part of one buffer
-        packed, pack, base = False, None, 0
-        for q, boxes in sorted(by_dst.items()):
-            view = xt[_slices(boxes[0], held)] if len(boxes) == 1 else None
+    def __init__(self, held: Box, target: Box, sends: list, recvs: list, send_counts: list[int],
+                 recv_counts: list[int]) -> None:
+        self.held, self.target = held, target
+        self.send_counts, self.recv_counts = send_counts, recv_counts
+        self.by_src: dict[int, list[Box]] = {}
+        for p, _, box in recvs:
+            self.by_src.setdefault(p, []).append(box)
+        self.by_dst: dict[int, list[Box]] = {}
+        for q, box in sends:
+            self.by_dst.setdefault(q, []).append(box)
+
+    def pack(self, k: Call, xt: Array) -> list[tuple[int, Array]]:
+        return list(self._messages(k, xt))
+
+    def _messages(self, k: Call, xt: Array) -> Any:
+        """Each peer's piece, packed (where it is not a run of the input) into its own part of one buffer."""
+        arrays, stats = k.arrays, k.stats
+        as_is = {}
+        for q, boxes in self.by_dst.items():
+            view = xt[_slices(boxes[0], self.held)] if len(boxes) == 1 else None
             if view is not None and arrays.is_contiguous(view):
-                yield q, view.reshape(-1)
+                as_is[q] = view.reshape(-1)
+        pack, base = None, 0
+        if len(as_is) < len(self.by_dst):  # the pack buffer first, before any message leaves
+            pack = pack_buffer(k, sum(self.send_counts), like=xt)
+            stats.pack_copies += 1
+        for q, boxes in sorted(self.by_dst.items()):
+            if q in as_is:
+                yield q, as_is[q]
                 continue
-            if pack is None:
-                pack = scratch(arrays, stats, sum(send_counts), like=xt)
             at = base
             for box in boxes:
                 n = box_size(box)
-                arrays.copy(pack[at : at + n].reshape(tuple(b - a for a, b in box)), xt[_slices(box, held)])
+                arrays.copy(pack[at : at + n].reshape(tuple(b - a for a, b in box)), xt[_slices(box, self.held)])
                 at += n
-            packed = True
             yield q, pack[base:at]
             base = at
-        if packed:
-            stats.pack_copies += 1
-        meanwhile()
 
-    k.transport.exchange_pairs([(p, arrays.bytes_of(b)) for p, b in landing],
-                               ((q, arrays.bytes_of(b)) for q, b in messages()), k.op)
-    for side, boxes in unpack:
-        at = 0
-        for box in boxes:
-            n = box_size(box)
-            arrays.copy(out[_slices(box, target)], side[at : at + n].reshape(tuple(b - a for a, b in box)))
-            at += n
-    if unpack:
-        stats.unpack_copies += 1
-    stats.bytes_sent += sum(send_counts) * item
-    stats.bytes_received += sum(recv_counts) * item
+    def run(self, k: Call, xt: Array, out: Array, packed: list | None, meanwhile: Any) -> None:
+        """Receive into ``out``, send ``packed`` (or pack now, after the receives are posted);
+        ``meanwhile()``, if given, runs once every send is under way (the rank's own part)."""
+        arrays, stats = k.arrays, k.stats
+        landing, unpack = [], []
+        for p, boxes in sorted(self.by_src.items()):
+            view = out[_slices(boxes[0], self.target)] if len(boxes) == 1 else None
+            if view is not None and arrays.is_contiguous(view):
+                landing.append((p, view.reshape(-1)))
+            else:
+                side = alloc(arrays, stats, [self.recv_counts[p]], like=xt)
+                landing.append((p, side))
+                unpack.append((side, boxes))
+
+        def messages() -> Any:
+            yield from packed if packed is not None else self._messages(k, xt)
+            if meanwhile is not None:
+                meanwhile()
+
+        k.transport.exchange_pairs([(p, arrays.bytes_of(b)) for p, b in landing],
+                                   ((q, arrays.bytes_of(b)) for q, b in messages()), k.op)
+        for side, boxes in unpack:
+            at = 0
+            for box in boxes:
+                n = box_size(box)
+                arrays.copy(out[_slices(box, self.target)], side[at : at + n].reshape(tuple(b - a for a, b in box)))
+                at += n
+        if unpack:
+            stats.unpack_copies += 1
+        item = arrays.itemsize(xt)
+        stats.bytes_sent += sum(self.send_counts) * item
+        stats.bytes_received += sum(self.recv_counts) * item
 
 
 def redistribute_dtensor(x: Any, dst: Any, check: bool | None) -> Any:

@@ -1,7 +1,7 @@
 """The interface between the collectives and an engine.
 
 An engine offers a few primitives on 1-D buffers (``alltoallv``, ``allgather``, the small
-``allgather_bytes`` of the check) and its own *form* of the all-to-all: how it moves the
+``allgather_bytes`` of the check, the ``allreduce_max`` of its vote) and its own *form* of the all-to-all: how it moves the
 pieces of one layout exchange with the fewest copies it can (gloo: one message per peer; NCCL:
 one call on a packed buffer; MPI: subarray datatypes, or bytes with the own piece kept out).
 The collectives ask for a form once per call signature and run it on every replay.
@@ -67,6 +67,12 @@ class Engine(Protocol):
     def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], Any]:
         """``allgather_bytes`` begun now; calling the result finishes it."""
 
+    def allreduce_max(self, values: Any, what: str) -> Any:
+        """numpy int64 [k] -> numpy int64 [k], the elementwise max over ranks (the replay vote)."""
+
+    def start_allreduce_max(self, values: Any, what: str) -> Callable[[], Any]:
+        """``allreduce_max`` begun now; calling the result finishes it."""
+
     def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAllGeometry) -> ExchangeRun:
         """This engine's way of running ``geometry`` for inputs like ``x``, worked out once."""
 
@@ -77,6 +83,10 @@ class Engine(Protocol):
     def exchange_pairs(self, recvs: Sequence[tuple[int, Any]], sends: Iterable[tuple[int, Any]], what: str) -> None:
         """Point-to-point messages: each ``(peer, buffer)`` of ``recvs`` received, each one ``sends``
         yields sent as it yields it; at most one message per pair of ranks and direction."""
+
+    def send_buffer(self, count: int, like: Any, stats: ExchangeStats) -> Any:
+        """A 1-D buffer of ``count`` elements like ``like`` for the next exchange's packed
+        messages, where the engine reads them from a place of its own; else None."""
 
     def subgroup(self, groups: Sequence[Sequence[int]]) -> Engine:
         """Collective: the engine of this rank's group among ``groups`` (disjoint, covering)."""

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..arrays import numel
-from ..buffers import alloc, scratch
+from ..buffers import alloc, pack_buffer
 from ..layout import offsets
 from ..pieces import data_ptr, narrow, unpack_others, with_dim
 from .base import AllToAllGeometry, CallState, ExchangeRun
@@ -58,7 +58,7 @@ def pairwise_form(call: CallState, x: Any, g: AllToAllGeometry) -> ExchangeRun:
         recvs = [(i, landing[a:b]) for i, a, b in receives]
 
         def sends() -> Iterator[tuple[int, Any]]:  # runs once the receives are posted
-            source = xt.reshape(-1) if runs_in else scratch(arrays, stats, remote_out, like=xt)
+            source = xt.reshape(-1) if runs_in else pack_buffer(k, remote_out, like=xt)
             for j, a, b, shape, start, size in pieces:
                 piece = source[a:b]
                 if not runs_in:

@@ -18,11 +18,14 @@ from ..errors import CommTimeout, RankFailed
 from ..pieces import exchange_packed, pack
 from .base import AllToAllGeometry, CallState, ExchangeRun
 from .gloo_pairwise import pairwise_form
+from .shm import LocalPeers
 
 _TIMEOUT_WORDS = ("timed out", "timeout", "time out", "deadline")
 # reshard's point-to-point messages carry their own tag, so a user's isend/irecv on the same
 # group (tag 0 by default) never matches one of ours.
 PAIR_TAG = 0x5253
+NOTE_TAG = PAIR_TAG + 1  # same-host peers: where a message lies in the sender's outbox
+ACK_TAG = PAIR_TAG + 2  # and that the receiver has read it
 
 
 _ENGINE_FAILURES = (RuntimeError, ConnectionError, OSError)
@@ -60,7 +63,31 @@ class TorchEngine:
         # all_to_all_single after a full pack at every size measured (performance docs).
         # RESHARD_GLOO_PAIRWISE=0, or setting this to False, takes the one-call form.
         self.pairwise = name == "gloo" and os.environ.get("RESHARD_GLOO_PAIRWISE", "1") != "0"
+        self._helper: Any = None  # the thread that runs the replay vote while the rank packs
         self.scratch_dir: str | None = None  # a private rendezvous directory to remove on close
+        self.local: LocalPeers | None = None  # same-host peers reached through shared memory
+
+    def open_local_peers(self) -> TorchEngine:
+        """Collective: find the peers on this host that messages reach through shared memory
+        (gloo only; NCCL moves device memory its own way)."""
+        if self.name == "gloo":
+            with self._guard("shared memory setup"):
+                self.local = LocalPeers.open(self.rank, self.size, lambda b: self.allgather_bytes(b, "shared memory setup"))
+        return self
+
+    def send_buffer(self, count: int, like: Any, stats: Any) -> Any:
+        """A 1-D buffer of ``count`` elements like ``like`` for the packed messages of the next
+        exchange, in the outbox same-host peers read from; None where there is none (use
+        ``scratch``). Asked for before any message of that exchange is sent."""
+        if self.local is None:
+            return None
+        outbox = self.local.outbox
+        nbytes = count * like.element_size()
+        if nbytes > outbox.largest_pack:  # counted as ``scratch`` counts its buffer: when it grows
+            stats.allocated_bytes += nbytes
+            outbox.largest_pack = nbytes
+        outbox.cursor = 0
+        return outbox.take(nbytes).view(like.dtype)
 
     def _guard(self, what: str):
         return engine_errors(what, self.rank, self.timeout)
@@ -101,16 +128,53 @@ class TorchEngine:
         this one moves). Buffers are contiguous 1-D tensors (any dtype: gloo moves their bytes);
         at most one message per pair of ranks and direction, of exactly the byte length its
         receiver expects. Peers are ranks of this engine's group. The group's own ``recv`` and
-        ``send`` are called directly (``dist.irecv``/``isend`` look the group up per message)."""
+        ``send`` are called directly (``dist.irecv``/``isend`` look the group up per message).
+
+        A same-host peer (``engines.shm``) gets a note instead: where the message lies in this
+        rank's outbox (a buffer from ``send_buffer`` lies there already; any other is copied
+        in). It reads the bytes straight into its buffer and acknowledges; this returns once
+        every peer has, so the outbox can be written again."""
         group = self.group
+        local = self.local
         try:  # no context manager here: this path is per call, and entering one is not free
-            works = [group.recv([buf], peer, PAIR_TAG) for peer, buf in recvs]
+            works, notes, acks = [], [], []
+            for peer, buf in recvs:
+                if local is not None and peer in local.peers:
+                    note = torch.empty(2, dtype=torch.int64)
+                    notes.append((peer, buf.view(torch.uint8), note, group.recv([note], peer, NOTE_TAG)))
+                else:
+                    works.append(group.recv([buf], peer, PAIR_TAG))
             for peer, buf in sends:
-                works.append(group.send([buf], peer, PAIR_TAG))
+                if local is not None and peer in local.peers:
+                    # where the message lies in the outbox; the peer reads it and says so
+                    raw = buf.view(torch.uint8)
+                    note = torch.tensor([local.outbox.place(raw), raw.numel()], dtype=torch.int64)
+                    works.append(group.send([note], peer, NOTE_TAG))
+                    ack = torch.empty(2, dtype=torch.int64)
+                    acks.append((peer, ack, group.recv([ack], peer, ACK_TAG)))
+                else:
+                    works.append(group.send([buf], peer, PAIR_TAG))
+            failed = None
+            for peer, buf, note, work in notes:
+                work.wait()
+                offset, nbytes = note.tolist()
+                why = (f"rank {peer} sent {nbytes} bytes where {buf.numel()} were expected" if nbytes != buf.numel()
+                       else local.read(peer, offset, buf))
+                works.append(group.send([torch.tensor([0 if why is None else 1, 0], dtype=torch.int64)], peer, ACK_TAG))
+                failed = failed or why
+            for peer, ack, work in acks:
+                work.wait()
+                if ack[0].item():
+                    failed = failed or f"rank {peer} could not take this rank's message"
             for work in works:
                 work.wait()
         except _ENGINE_FAILURES as exc:
             raise engine_error(exc, what, self.rank, self.timeout) from exc
+        finally:
+            if local is not None:
+                local.outbox.cursor = 0  # every peer has read this exchange's messages, or failed
+        if failed is not None:
+            raise RankFailed(f"rank {self.rank}: {what}: {failed}")
 
     def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], Any]:
         """``allgather_bytes``, run now: the result is ready when this returns.
@@ -136,6 +200,31 @@ class TorchEngine:
         self.allgather(out, src, what)
         return out.cpu().numpy().reshape(self.size, -1)
 
+    def start_allreduce_max(self, values: Any, what: str) -> Callable[[], Any]:
+        """``allreduce_max`` begun on a helper thread (gloo); calling the result waits for it.
+
+        A thread, not ``async_op=True`` (see ``start_allgather_bytes``): the call is the same
+        synchronous one, and no collective starts on this group before it returns.
+        """
+        if self.name == "nccl":  # a CUDA device is chosen per thread: keep to the caller's
+            done = self.allreduce_max(values, what)
+            return lambda: done
+        if self._helper is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._helper = ThreadPoolExecutor(1, thread_name_prefix="reshard-vote")
+        return self._helper.submit(self.allreduce_max, values, what).result
+
+    def allreduce_max(self, values: Any, what: str) -> Any:
+        """numpy int64 [k] -> numpy int64 [k], the elementwise max over ranks (the replay vote)."""
+        import numpy as np
+
+        device = "cuda" if self.name == "nccl" else "cpu"
+        buf = torch.from_numpy(np.array(values, dtype=np.int64)).to(device)
+        with self._guard(what):
+            dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=self.group)
+        return buf.cpu().numpy()
+
     def subgroup(self, groups: Sequence[Sequence[int]]) -> TorchEngine:
         """Collective: one process group per list of ``groups`` (disjoint ranks of this group,
         covering it); returns this rank's. Every rank creates every group, in the same order,
@@ -148,7 +237,7 @@ class TorchEngine:
                 if self.rank in members:
                     mine = (g, list(members).index(self.rank), len(members))
         group, rank, size = mine
-        return TorchEngine(group, rank, size, self.name, self.timeout, owns_group=False)
+        return TorchEngine(group, rank, size, self.name, self.timeout, owns_group=False).open_local_peers()
 
     def barrier(self) -> None:
         with self._guard("barrier"):
@@ -160,6 +249,12 @@ class TorchEngine:
         Tearing down while a peer still talks to this rank aborts gloo ("terminate called
         without an active exception"), so the barrier comes first.
         """
+        if self._helper is not None:
+            self._helper.shutdown(wait=True)
+            self._helper = None
+        if self.local is not None:
+            self.local.close()
+            self.local = None
         if self.owns_group and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.barrier(group=self.group)
@@ -190,4 +285,4 @@ def init_torch(
             dist.init_process_group(backend, rank=rank, world_size=size, **kwargs)
         owns = True
     name = "nccl" if "nccl" in dist.get_backend() else "gloo"
-    return TorchEngine(dist.group.WORLD, dist.get_rank(), dist.get_world_size(), name, timeout, owns)
+    return TorchEngine(dist.group.WORLD, dist.get_rank(), dist.get_world_size(), name, timeout, owns).open_local_peers()

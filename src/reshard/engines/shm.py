@@ -1,0 +1,196 @@
+"""Point-to-point messages between ranks on one host through shared memory.
+
+Over loopback TCP a message is copied twice by the kernel (into the socket, out of it) and
+costs a wake-up per chunk; through shared memory it is one copy. Each rank keeps an *outbox*:
+an anonymous memory file (``memfd``) its packs are written into. A peer on the same host opens
+that file once, read-only, through ``/proc/<pid>/fd/<fd>``, and reads a message out of it
+straight into its destination; the engine's own small messages say where the message lies and
+when it has been read. Nothing is named in the file system, so nothing is left behind when a
+rank ends, however it ends; only processes of the same user (allowed to read the rank's
+``/proc`` entries) can open the outbox. ``RESHARD_SHM=0`` on any rank turns it off for its pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import stat
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_ALIGN = 64  # every message starts on a cache line
+_TOKEN_BYTES = 16
+
+
+def enabled_here() -> bool:
+    """Shared memory is offered by this rank (Linux memfd, not turned off)."""
+    return os.environ.get("RESHARD_SHM", "1") != "0" and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+def host_key() -> int:
+    """Ranks with the same key may share memory: the same boot of the same machine, in the same
+    process and network namespaces (a network namespace of its own counts as another host)."""
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id",):
+        try:
+            with open(path) as f:
+                parts.append(f.read().strip())
+        except OSError:
+            parts.append("")
+    for ns in ("pid", "net", "ipc"):
+        try:
+            parts.append(str(os.stat(f"/proc/self/ns/{ns}").st_ino))
+        except OSError:
+            parts.append("")
+    return int.from_bytes(hashlib.blake2b("/".join(parts).encode(), digest_size=8).digest(), "little") >> 1
+
+
+class Outbox:
+    """This rank's messages to its same-host peers: a memory file that grows, handed out in
+    regions from a cursor that goes back to 0 once an exchange is over."""
+
+    def __init__(self, capacity: int = mmap.PAGESIZE) -> None:
+        import torch
+
+        self._torch = torch
+        self.fd = os.memfd_create("reshard-outbox", os.MFD_CLOEXEC)
+        self.capacity = 0
+        self.maps: list[tuple[int, int, Any]] = []  # (address, length, tensor): every mapping stays valid
+        self.cursor = 0
+        self.largest_pack = 0  # the largest pack buffer handed out so far (the memory counted)
+        self._grow(capacity)
+        self.token = np.frombuffer(os.urandom(_TOKEN_BYTES), dtype=np.int64).copy()
+        self.view(0, _TOKEN_BYTES).numpy()[:] = self.token.view(np.uint8)
+
+    def _grow(self, need: int) -> None:
+        size = max(need, 2 * self.capacity)
+        size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        os.ftruncate(self.fd, size)
+        mapped = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        tensor = self._torch.frombuffer(mapped, dtype=self._torch.uint8)
+        self.maps.append((tensor.data_ptr(), size, tensor))
+        self.capacity = size
+
+    def view(self, offset: int, nbytes: int) -> Any:
+        """uint8 tensor over ``[offset, offset + nbytes)`` of the file (the newest mapping)."""
+        return self.maps[-1][2][offset : offset + nbytes]
+
+    def take(self, nbytes: int) -> Any:
+        """A fresh region of ``nbytes`` for this exchange's messages."""
+        offset = -(-self.cursor // _ALIGN) * _ALIGN
+        if offset + nbytes > self.capacity:
+            self._grow(offset + nbytes)
+        self.cursor = offset + nbytes
+        return self.view(offset, nbytes)
+
+    def offset_of(self, buf: Any) -> int | None:
+        """Where ``buf`` (contiguous uint8) lies in the file, or None when it is not in the outbox."""
+        start = buf.data_ptr()
+        for address, length, _ in self.maps:
+            if address <= start and start + buf.numel() <= address + length:
+                return start - address
+        return None
+
+    def place(self, buf: Any) -> int:
+        """The file offset of ``buf``'s bytes: where they are, or where they were copied to."""
+        offset = self.offset_of(buf)
+        if offset is None:
+            region = self.take(buf.numel())
+            region.copy_(buf)
+            offset = self.offset_of(region)
+        return offset
+
+    def close(self) -> None:
+        self.maps.clear()  # the mappings go with their last tensor
+        os.close(self.fd)
+
+
+class LocalPeers:
+    """The ranks of one group that this rank reaches through shared memory, and their outboxes
+    opened read-only."""
+
+    def __init__(self, outbox: Outbox, peer_fds: dict[int, int]) -> None:
+        self.outbox = outbox
+        self.peer_fds = peer_fds
+        self.peers = frozenset(peer_fds)
+        self.views: dict[int, np.ndarray] = {}  # peer -> its outbox, mapped read-only
+
+    @classmethod
+    def open(cls, rank: int, size: int, allgather_bytes: Callable[[np.ndarray], np.ndarray]) -> LocalPeers | None:
+        """Collective over the group: find the same-host peers whose outbox this rank can read
+        and that can read this rank's (both ways, or the pair keeps to the engine's own path)."""
+        offer = enabled_here() and size > 1
+        outbox = None
+        if offer:
+            try:
+                outbox = Outbox()
+            except OSError:
+                offer = False
+        card = np.zeros(6, dtype=np.int64)
+        if outbox is not None:
+            card[:] = [1, host_key(), os.getpid(), outbox.fd, *outbox.token]
+        cards = allgather_bytes(card.view(np.uint8)).view(np.int64)
+        fds: dict[int, int] = {}
+        for q in range(size):
+            if q != rank and offer and cards[q, 0] == 1 and cards[q, 1] == card[1]:
+                fd = _open_outbox(int(cards[q, 2]), int(cards[q, 3]), cards[q, 4:6])
+                if fd is not None:
+                    fds[q] = fd
+        can_read = np.zeros(size, dtype=np.uint8)
+        can_read[list(fds)] = 1
+        reads = allgather_bytes(np.packbits(can_read)).reshape(size, -1)
+        both = {q: fd for q, fd in fds.items() if np.unpackbits(reads[q])[rank]}
+        for q, fd in fds.items():
+            if q not in both:
+                os.close(fd)
+        if not both:
+            if outbox is not None:
+                outbox.close()
+            return None
+        return cls(outbox, both)
+
+    def read(self, peer: int, offset: int, into: Any) -> str | None:
+        """Copy ``into.numel()`` bytes at ``offset`` of ``peer``'s outbox into ``into``
+        (contiguous uint8); a reason when the region is not there."""
+        n = into.numel()
+        if n == 0:
+            return None
+        mapped = self.views.get(peer)
+        if mapped is None or offset + n > mapped.size:
+            try:
+                size = os.fstat(self.peer_fds[peer]).st_size
+                if offset + n > size:
+                    return f"its shared memory holds {size} bytes, not the {n} at offset {offset}"
+                # mapped once and kept: a read is then a plain copy, with no page faults
+                area = mmap.mmap(self.peer_fds[peer], size, mmap.MAP_SHARED, mmap.PROT_READ)
+            except OSError as exc:
+                return f"mapping its shared memory failed ({exc.strerror})"
+            mapped = self.views[peer] = np.frombuffer(area, dtype=np.uint8)
+        np.copyto(into.numpy(), mapped[offset : offset + n])
+        return None
+
+    def close(self) -> None:
+        self.views.clear()  # the mappings go with their last view
+        for fd in self.peer_fds.values():
+            os.close(fd)
+        self.peer_fds = {}
+        self.outbox.close()
+
+
+def _open_outbox(pid: int, fd: int, token: np.ndarray) -> int | None:
+    """A read-only descriptor of another process's outbox, when it is one (regular file, the
+    token it announced at its start), else None."""
+    try:
+        mine = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(mine).st_mode) and os.pread(mine, _TOKEN_BYTES, 0) == token.tobytes():
+            return mine
+    except OSError:
+        pass
+    os.close(mine)
+    return None

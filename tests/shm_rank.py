@@ -1,0 +1,54 @@
+"""Rank functions for the same-host shared-memory tests (rs.spawn needs importable functions)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import reshard as rs
+from oracle import pattern
+
+
+def _peers(comm) -> list[int] | None:
+    local = comm.transport.local
+    return None if local is None else sorted(local.peers)
+
+
+def exchanges_through_shared_memory(comm, sizes):
+    """all_to_all and a mesh change at growing then shrinking sizes (the outbox grows under
+    them), each compared with numpy slices of the whole array; the peers reached through
+    shared memory."""
+    import torch
+
+    n = comm.size
+    wrong, replays = [], []
+    for rows in sizes:
+        full = pattern((rows * n, 3 * n + 1), "float32")
+        x = torch.from_numpy(np.ascontiguousarray(rs.local_shard(full, rs.Shard(0), comm.rank, n)))
+        for _ in range(2):  # the second call is a replay
+            y = rs.all_to_all(x, split_dim=1, concat_dim=0)
+            if not np.array_equal(y.numpy(), rs.local_shard(full, rs.Shard(1), comm.rank, n)):
+                wrong.append(("all_to_all", rows))
+        replays.append(rs.last_exchange().replayed)
+        back = rs.all_to_all(y, split_dim=0, concat_dim=1)  # contiguous pieces, copied into the outbox
+        if not np.array_equal(back.numpy(), x.numpy()):
+            wrong.append(("back", rows))
+    return _peers(comm), wrong, replays
+
+
+def one_rank_opts_out(comm, shape):
+    """A sub-communicator made after rank 1 set RESHARD_SHM=0: its pairs keep to gloo's own
+    messages, the others' pairs use shared memory; results compared with numpy slices."""
+    import torch
+
+    if comm.rank == 1:
+        os.environ["RESHARD_SHM"] = "0"
+    mesh = rs.Mesh((1, comm.size), comm=comm)
+    sub = mesh.sub(1)
+    full = pattern(shape, "float32")
+    x = torch.from_numpy(np.ascontiguousarray(rs.local_shard(full, rs.Shard(0), sub.rank, sub.size)))
+    y = rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm=sub)
+    ok = np.array_equal(y.numpy(), rs.local_shard(full, rs.Shard(1), sub.rank, sub.size))
+    os.environ.pop("RESHARD_SHM", None)
+    return _peers(sub), ok

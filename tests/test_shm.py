@@ -1,0 +1,73 @@
+"""Messages between ranks on one host through shared memory (engines/shm.py): the outbox and
+the reads on their own, then real gloo ranks that use it, with one rank opting out."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import reshard as rs
+import shm_rank
+from reshard.engines import shm
+
+pytestmark = pytest.mark.skipif(not shm.enabled_here(), reason="no memfd or /proc on this system")
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_outbox_regions_reads_and_growth():
+    before = _fds()
+    box = shm.Outbox(capacity=4096)
+    fd = os.open(f"/proc/{os.getpid()}/fd/{box.fd}", os.O_RDONLY)
+    reader = shm.LocalPeers(box, {7: fd})
+
+    first = box.take(1000)
+    first.copy_(torch.arange(1000, dtype=torch.int64).to(torch.uint8))
+    assert box.offset_of(first) == 0
+    foreign = torch.arange(3000, dtype=torch.int32).view(torch.uint8)  # 12,000 bytes: the file grows
+    at = box.place(foreign)
+    assert at >= 1000 and at % 64 == 0 and box.capacity >= at + foreign.numel()
+    # the first region was written before the file grew: its mapping still holds it
+    assert box.offset_of(first) == 0
+
+    into = torch.empty(foreign.numel(), dtype=torch.uint8)
+    assert reader.read(7, at, into) is None
+    assert torch.equal(into, foreign)
+    head = torch.empty(1000, dtype=torch.uint8)
+    assert reader.read(7, 0, head) is None
+    assert torch.equal(head, torch.arange(1000, dtype=torch.int64).to(torch.uint8))
+    assert reader.read(7, box.capacity - 10, torch.empty(11, dtype=torch.uint8)) is not None  # past the end
+    assert reader.read(7, 0, torch.empty(0, dtype=torch.uint8)) is None
+
+    del first, into, head
+    reader.close()
+    assert _fds() == before  # the memory file and the peer's descriptor are closed
+
+
+def test_a_foreign_file_is_not_taken_for_an_outbox(tmp_path):
+    path = tmp_path / "not-an-outbox"
+    path.write_bytes(b"\0" * 64)
+    with open(path, "rb") as f:
+        token = np.frombuffer(os.urandom(16), dtype=np.int64)
+        assert shm._open_outbox(os.getpid(), f.fileno(), token) is None
+    assert shm._open_outbox(os.getpid(), 10**6, token) is None  # no such descriptor
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_same_host_ranks_exchange_through_shared_memory(n):
+    sizes = [1, 64, 2048, 5, 0, 700]  # rows per rank: the outbox grows, then serves smaller calls
+    for rank, (peers, wrong, replayed) in enumerate(rs.spawn(shm_rank.exchanges_through_shared_memory, n, args=(sizes,))):
+        assert peers == [q for q in range(n) if q != rank]
+        assert wrong == [], (rank, wrong)
+        assert replayed == [True] * len(sizes), rank  # the replays read from the outbox too
+
+
+def test_a_rank_that_opts_out_keeps_its_pairs_on_gloo():
+    for rank, (peers, ok) in enumerate(rs.spawn(shm_rank.one_rank_opts_out, 4, args=((37, 41),))):
+        assert ok, rank
+        assert peers == (None if rank == 1 else [q for q in (0, 2, 3) if q != rank]), (rank, peers)
