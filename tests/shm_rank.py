@@ -37,18 +37,19 @@ def exchanges_through_shared_memory(comm, sizes):
     return _peers(comm), wrong, replays
 
 
-def one_rank_opts_out(comm, shape):
-    """A sub-communicator made after rank 1 set RESHARD_SHM=0: its pairs keep to gloo's own
-    messages, the others' pairs use shared memory; results compared with numpy slices."""
+def settings_per_rank(comm, env_per_rank, shape):
+    """A sub-communicator made after each rank set its own environment (``env_per_rank[rank]``):
+    the peers each reaches through shared memory and from what size; a redistribute on it,
+    compared with numpy slices."""
     import torch
 
-    if comm.rank == 1:
-        os.environ["RESHARD_SHM"] = "0"
+    for name, value in env_per_rank.get(comm.rank, {}).items():
+        os.environ[name] = value
     mesh = rs.Mesh((1, comm.size), comm=comm)
     sub = mesh.sub(1)
     full = pattern(shape, "float32")
     x = torch.from_numpy(np.ascontiguousarray(rs.local_shard(full, rs.Shard(0), sub.rank, sub.size)))
     y = rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm=sub)
     ok = np.array_equal(y.numpy(), rs.local_shard(full, rs.Shard(1), sub.rank, sub.size))
-    os.environ.pop("RESHARD_SHM", None)
-    return _peers(sub), ok
+    local = sub.transport.local
+    return _peers(sub), None if local is None else local.smallest, ok

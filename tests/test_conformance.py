@@ -18,16 +18,18 @@ import pytest
 
 import reshard as rs
 from cases import all_cases, case_id
-from conformance import run_cases, run_cases_one_call, run_cases_without_torch
+from conformance import run_cases, run_cases_one_call, run_cases_through_shared_memory, run_cases_without_torch
 from oracle import reduce_in_order
 
 WORLD_SIZES = (1, 2, 3, 4)
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 # "mpi-notorch": the MPI engine in rank processes where `import torch` fails (numpy alone).
 # "gloo-one-call": gloo moving each op's pieces in one all_to_all_single, as NCCL does, rather
-# than in its own point-to-point messages.
-ENGINES = ("gloo", "gloo-one-call", "mpi", "mpi-notorch")
-KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",)}
+# than in its own point-to-point messages. "gloo-shm": every message between the ranks (all on
+# this host), however small, through shared memory.
+ENGINES = ("gloo", "gloo-one-call", "gloo-shm", "mpi", "mpi-notorch")
+KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "gloo-shm": ("torch", "numpy"),
+         "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",)}
 NO_TORCH_DIR = os.path.join(os.path.dirname(__file__), "no_torch")
 
 
@@ -43,6 +45,12 @@ def results_for(engine: str, n: int) -> tuple[list[dict], list[list]]:
             os.environ.pop("PYTHONPATH") if old is None else os.environ.__setitem__("PYTHONPATH", old)
     elif engine == "gloo-one-call":
         per_rank = rs.spawn(run_cases_one_call, n, engine="gloo", args=(cases,), timeout=600)
+    elif engine == "gloo-shm":
+        os.environ["RESHARD_SHM_MIN_BYTES"] = "0"
+        try:
+            per_rank = rs.spawn(run_cases_through_shared_memory, n, engine="gloo", args=(cases,), timeout=600)
+        finally:
+            del os.environ["RESHARD_SHM_MIN_BYTES"]
     else:
         per_rank = rs.spawn(run_cases, n, engine=engine, args=(cases,), timeout=600)
     return cases, per_rank

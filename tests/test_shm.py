@@ -68,6 +68,24 @@ def test_same_host_ranks_exchange_through_shared_memory(n):
 
 
 def test_a_rank_that_opts_out_keeps_its_pairs_on_gloo():
-    for rank, (peers, ok) in enumerate(rs.spawn(shm_rank.one_rank_opts_out, 4, args=((37, 41),))):
+    env = {1: {"RESHARD_SHM": "0"}}
+    for rank, (peers, _, ok) in enumerate(rs.spawn(shm_rank.settings_per_rank, 4, args=(env, (37, 41)))):
         assert ok, rank
         assert peers == (None if rank == 1 else [q for q in (0, 2, 3) if q != rank]), (rank, peers)
+
+
+def test_a_pair_sends_through_shared_memory_from_the_larger_of_its_two_sizes():
+    # rank 0: everything; rank 1: from 4 KiB; the others: the default (1 MiB). The messages
+    # (about 100 KiB) go through shared memory between ranks 0 and 1 only, and arrive intact.
+    env = {0: {"RESHARD_SHM_MIN_BYTES": "0"}, 1: {"RESHARD_SHM_MIN_BYTES": "4096"}}
+    default = shm.SMALLEST
+    mine = {0: 0, 1: 4096, 2: default, 3: default}
+    for rank, (peers, smallest, ok) in enumerate(rs.spawn(shm_rank.settings_per_rank, 4, args=(env, (600, 700)))):
+        assert ok, rank
+        assert smallest == {q: max(mine[rank], mine[q]) for q in peers}, (rank, smallest)
+
+
+def test_a_bad_size_setting_is_named():
+    env = {r: {"RESHARD_SHM_MIN_BYTES": "1MB"} for r in range(2)}
+    with pytest.raises(rs.RankFailed, match="RESHARD_SHM_MIN_BYTES must be a number of bytes"):
+        rs.spawn(shm_rank.settings_per_rank, 2, args=(env, (4, 4)))

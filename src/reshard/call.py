@@ -130,12 +130,14 @@ class Call:
                 x = x.detach()
         if self.check:
             # Every rank votes, plan or not, so the collectives line up whatever each found.
-            finish = self.transport.start_allreduce_max(
-                np.array([plan.digest, -plan.digest] if plan else [0, 0], dtype=np.int64), f"{self.op} (check)")
+            vote = np.array([plan.digest, -plan.digest] if plan else [0, 0], dtype=np.int64)
             self.stats.metadata_exchanges += 1
             if plan is not None and plan.ahead is not None:
+                finish = self.transport.start_allreduce_max(vote, f"{self.op} (check)")
                 sent = plan.ahead(self, x)
-            votes = finish()
+                votes = finish()
+            else:  # nothing to do meanwhile: no hand-off to a helper thread
+                votes = self.transport.allreduce_max(vote, f"{self.op} (check)")
             if not (votes[0] != 0 and votes[0] == -votes[1]):
                 plan = None
         elif plan is not None and plan.record is not None:

@@ -21,13 +21,28 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidArgument
+
 _ALIGN = 64  # every message starts on a cache line
+# Below this a message goes by the engine's own path: its one hop beats a note and a copy
+# (performance docs). RESHARD_SHM_MIN_BYTES sets it; a pair takes the larger of its two.
+SMALLEST = 1 << 20
 _TOKEN_BYTES = 16
 
 
 def enabled_here() -> bool:
     """Shared memory is offered by this rank (Linux memfd, not turned off)."""
     return os.environ.get("RESHARD_SHM", "1") != "0" and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+def smallest_here() -> int:
+    """The smallest message this rank sends through shared memory (``RESHARD_SHM_MIN_BYTES``)."""
+    raw = os.environ.get("RESHARD_SHM_MIN_BYTES", "").strip()
+    if not raw:
+        return SMALLEST
+    if not raw.isdigit():
+        raise InvalidArgument(f"RESHARD_SHM_MIN_BYTES must be a number of bytes (0 or more), got {raw!r}")
+    return int(raw)
 
 
 def host_key() -> int:
@@ -112,26 +127,29 @@ class LocalPeers:
     """The ranks of one group that this rank reaches through shared memory, and their outboxes
     opened read-only."""
 
-    def __init__(self, outbox: Outbox, peer_fds: dict[int, int]) -> None:
+    def __init__(self, outbox: Outbox, peer_fds: dict[int, int], smallest: dict[int, int] | None = None) -> None:
         self.outbox = outbox
         self.peer_fds = peer_fds
         self.peers = frozenset(peer_fds)
         self.views: dict[int, np.ndarray] = {}  # peer -> its outbox, mapped read-only
+        # peer -> the smallest message that goes this way: the larger of the pair's settings
+        self.smallest = smallest if smallest is not None else dict.fromkeys(peer_fds, SMALLEST)
 
     @classmethod
     def open(cls, rank: int, size: int, allgather_bytes: Callable[[np.ndarray], np.ndarray]) -> LocalPeers | None:
         """Collective over the group: find the same-host peers whose outbox this rank can read
         and that can read this rank's (both ways, or the pair keeps to the engine's own path)."""
         offer = enabled_here() and size > 1
+        smallest = smallest_here()
         outbox = None
         if offer:
             try:
                 outbox = Outbox()
             except OSError:
                 offer = False
-        card = np.zeros(6, dtype=np.int64)
+        card = np.zeros(7, dtype=np.int64)
         if outbox is not None:
-            card[:] = [1, host_key(), os.getpid(), outbox.fd, *outbox.token]
+            card[:] = [1, host_key(), os.getpid(), outbox.fd, *outbox.token, smallest]
         cards = allgather_bytes(card.view(np.uint8)).view(np.int64)
         fds: dict[int, int] = {}
         for q in range(size):
@@ -150,7 +168,12 @@ class LocalPeers:
             if outbox is not None:
                 outbox.close()
             return None
-        return cls(outbox, both)
+        return cls(outbox, both, {q: max(smallest, int(cards[q, 6])) for q in both})
+
+    def reaches(self, peer: int, nbytes: int) -> bool:
+        """This message goes through shared memory (both sides decide alike: same rule, same length)."""
+        smallest = self.smallest.get(peer)
+        return smallest is not None and nbytes >= smallest
 
     def read(self, peer: int, offset: int, into: Any) -> str | None:
         """Copy ``into.numel()`` bytes at ``offset`` of ``peer``'s outbox into ``into``
