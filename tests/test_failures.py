@@ -20,11 +20,16 @@ import reshard as rs
 SRC = pathlib.Path(rs.__file__).parent
 
 
-@pytest.mark.parametrize("how", ["sigkill", "exit", "exception"])
-def test_survivors_raise_when_a_rank_dies(how, tmp_path):
+@pytest.mark.parametrize(("how", "path"), [("sigkill", "gloo"), ("exit", "gloo"), ("exception", "gloo"),
+                                           ("sigkill", "shared memory"), ("exit", "shared memory")])
+def test_survivors_raise_when_a_rank_dies(how, path, tmp_path, monkeypatch):
+    check = True
+    if path == "shared memory":  # every message through it, and no check round before them
+        monkeypatch.setenv("RESHARD_SHM_MIN_BYTES", "0")
+        check = False
     start = time.monotonic()
     with pytest.raises(rs.RankFailed) as info:
-        rs.spawn(rank_fns.die_mid_exchange, 3, args=(1, how, str(tmp_path)), timeout=30)
+        rs.spawn(rank_fns.die_mid_exchange, 3, args=(1, how, str(tmp_path), check), timeout=30)
     assert time.monotonic() - start < 30 + 10
     assert 1 in info.value.failures
     seen = {p.name: p.read_text().split() for p in tmp_path.iterdir()}

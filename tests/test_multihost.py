@@ -22,15 +22,17 @@ JOB = textwrap.dedent(
     import reshard as rs
 
     comm = rs.init(timeout=120)
-    for shape in [(6, 6), (7, 5)]:
+    # (4096, 1024): 1 MiB messages, through shared memory within a host and TCP between them
+    for shape in [(6, 6), (7, 5), (4096, 1024)]:
         A = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape)
         rows = rs.local_shard(A, rs.Shard(0), comm.rank, comm.size)
         cols = rs.redistribute(rows, rs.Shard(0), rs.Shard(1))
         assert np.array_equal(cols, rs.local_shard(A, rs.Shard(1), comm.rank, comm.size)), (shape, comm.rank)
         back = rs.all_to_all(np.ascontiguousarray(cols), split_dim=0, concat_dim=1)
         assert np.array_equal(back, rows)
+    local = comm.transport.local
     with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:
-        f.write("ok")
+        f.write(" ".join(str(q) for q in sorted(local.peers)) if local else "")
     comm.close()
     """
 )
@@ -105,3 +107,6 @@ def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
     outputs = [f"--- node {i} (exit {p.returncode}) ---\n{(tmp_path / f'node{i}.log').read_text()}" for i, p in enumerate(procs)]
     assert not timed_out and all(p.returncode == 0 for p in procs), "\n".join(outputs)
     assert sorted(f.name for f in tmp_path.glob("rank*")) == [f"rank{r}" for r in range(4)], "\n".join(outputs)
+    # shared memory joins the two ranks of each host, never ranks of different hosts
+    peers = {r: (tmp_path / f"rank{r}").read_text() for r in range(4)}
+    assert peers == {0: "1", 1: "0", 2: "3", 3: "2"}, peers
