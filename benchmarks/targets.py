@@ -161,7 +161,7 @@ def render(console: Any, engine: str, targets: list[Target]) -> None:
     console.print(table)
     console.print(summary(targets))
     console.print("[dim]bare call: the figure of a reshard that cost nothing of its own (the engine's bare call, "
-                  "after the check's 1 KiB all-gather where the check is on; for MoE the bare exchanges plus the "
+                  "after the check's 16-byte all-reduce where the check is on; for MoE the bare exchanges plus the "
                   "row gather and weighted sum by hand); out of reach: that misses the limit too[/]")
 
 

@@ -16,8 +16,8 @@ Methods (``--op all_to_all`` / ``redistribute``: Shard(0) -> Shard(1) of a float
 * ``raw+pack`` (only when asked for): what a user would write by hand for the layout change:
   the pack (one strided copy into a buffer allocated once), then the bare call into a fresh
   result, which for Shard(0) -> Shard(1) needs no unpack.
-* ``raw+round`` (only when asked for): ``raw`` after an all-gather of 1 KiB, the round a
-  checked call adds to the exchange. It shows what one more round of a collective costs on
+* ``raw+round`` (only when asked for): ``raw`` after an all-reduce of two int64, the round a
+  checked call adds to the exchange (its replay vote). It shows what one more round of a collective costs on
   these cores, apart from anything reshard does.
 * ``raw+local`` (``--op moe``, only when asked for): ``raw`` plus the local passes no MoE
   layer can skip, written by hand with preallocated buffers. Before the exchanges, the routed
@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from .check import count_wrong
-from .rank import MOE_EXPERTS, MOE_HIDDEN, MOE_TOP_K, OPS, ROUND_BYTES, bench_rank
+from .rank import MOE_EXPERTS, MOE_HIDDEN, MOE_TOP_K, OPS, ROUND_INTS, bench_rank
 from .report import Row, human, plot, ratios, render, write_json
 
 __all__ = [
-    "OPS", "ROUND_BYTES", "MOE_HIDDEN", "MOE_EXPERTS", "MOE_TOP_K", "Row", "bench_rank", "count_wrong", "human", "parse_size",
+    "OPS", "ROUND_INTS", "MOE_HIDDEN", "MOE_EXPERTS", "MOE_TOP_K", "Row", "bench_rank", "count_wrong", "human", "parse_size",
     "parse_sizes", "plot", "ratios", "render", "run_bench", "write_json",
 ]
 

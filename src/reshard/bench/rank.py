@@ -10,7 +10,7 @@ import numpy as np
 from .check import count_wrong, numpy_of
 
 OPS = ("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe")
-ROUND_BYTES = 1024  # about the size of the check's record
+ROUND_INTS = 2  # the replay vote: two int64 per rank, all-reduced (max)
 MOE_HIDDEN, MOE_EXPERTS, MOE_TOP_K = 1024, 8, 2
 
 def _shape(nbytes: int, itemsize: int, n: int) -> tuple[int, int]:
@@ -67,7 +67,7 @@ def _layout_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tu
     round_out_data = np.empty_like(packed)  # its own output, so its check sees its own result
     check_raw = lambda _: count_wrong(raw_out.reshape(n * rows, cr), want)  # noqa: E731
     check_round = lambda _: count_wrong(round_out_data.reshape(n * rows, cr), want)  # noqa: E731
-    round_in, round_out = np.zeros(ROUND_BYTES, np.uint8), np.empty(n * ROUND_BYTES, np.uint8)
+    round_in, round_out = np.zeros(ROUND_INTS, np.int64), np.empty(ROUND_INTS, np.int64)
     pieces = x_np.reshape(rows, n, cr).transpose(1, 0, 2)  # [peer, row, col]: what the pack copies
     if comm.engine == "mpi":
         mpi = comm.mpi_comm
@@ -81,14 +81,16 @@ def _layout_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tu
 
         pack_buf = np.empty_like(packed)
         methods["raw+pack"] = (mpi_by_hand, lambda out: count_wrong(out, want))
-        methods["raw+round"] = (lambda: (mpi.Allgather(round_in, round_out), mpi.Alltoall(packed, round_out_data)),
+        from mpi4py import MPI
+
+        methods["raw+round"] = (lambda: (mpi.Allreduce(round_in, round_out, op=MPI.MAX), mpi.Alltoall(packed, round_out_data)),
                                 check_round)
     else:
         import torch
         import torch.distributed as dist
 
         tp, to = torch.from_numpy(packed), torch.from_numpy(raw_out)
-        ri, ro, rd = torch.from_numpy(round_in), torch.from_numpy(round_out), torch.from_numpy(round_out_data)
+        ri, rd = torch.from_numpy(round_in), torch.from_numpy(round_out_data)
         methods["raw"] = (lambda: dist.all_to_all_single(to, tp, group=comm.group), check_raw)
         pack_t, pieces_t = torch.empty_like(tp), torch.from_numpy(x_np).view(rows, n, cr).transpose(0, 1)
 
@@ -99,7 +101,7 @@ def _layout_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tu
             return out
 
         methods["raw+pack"] = (torch_by_hand, lambda out: count_wrong(out, want))
-        methods["raw+round"] = (lambda: (dist.all_gather_into_tensor(ro, ri, group=comm.group),
+        methods["raw+round"] = (lambda: (dist.all_reduce(ri, op=dist.ReduceOp.MAX, group=comm.group),
                                          dist.all_to_all_single(rd, tp, group=comm.group)), check_round)
         if "dtensor" in wanted and n > 1:
             methods["dtensor"] = _dtensor_method(comm, torch.from_numpy(x_np), gshape, want)
