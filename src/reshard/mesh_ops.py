@@ -247,7 +247,7 @@ class _BoxExchange:
                 meanwhile()
 
         k.transport.exchange_pairs([(p, arrays.bytes_of(b)) for p, b in landing],
-                                   ((q, arrays.bytes_of(b)) for q, b in messages()), k.op)
+                                   ((q, arrays.bytes_of(b)) for q, b in messages()), k.op, stats)
         for side, boxes in unpack:
             at = 0
             for box in boxes:

@@ -319,6 +319,8 @@ def bench_rank(comm: Any, config: dict) -> dict:
             if stats is not None and result is not None and hasattr(result, "shape"):
                 result_bytes = int(np.prod(result.shape)) * np.dtype(dtype).itemsize
                 extra[name] = max(0, stats.allocated_bytes - result_bytes)
+                if config.get("mesh"):  # bytes sent per rank, from reshard's own counters
+                    sent[name] = stats.bytes_sent
             del result
         # Warm-up (also grows the kept pack buffer once), then interleaved timed iterations.
         iters = config["iters"] or max(5, min(50, int(0.25 / max(size / 2e9, 1e-5))))

@@ -80,9 +80,11 @@ class Engine(Protocol):
         """The pack as a job to run while the check's records travel, where this engine's form
         packs before its exchange; None where it does not (its result is the form's ``sent``)."""
 
-    def exchange_pairs(self, recvs: Sequence[tuple[int, Any]], sends: Iterable[tuple[int, Any]], what: str) -> None:
+    def exchange_pairs(self, recvs: Sequence[tuple[int, Any]], sends: Iterable[tuple[int, Any]], what: str,
+                       stats: ExchangeStats | None = None) -> None:
         """Point-to-point messages: each ``(peer, buffer)`` of ``recvs`` received, each one ``sends``
-        yields sent as it yields it; at most one message per pair of ranks and direction."""
+        yields sent as it yields it; at most one message per pair of ranks and direction. Memory
+        the engine takes for them is counted in ``stats``."""
 
     def send_buffer(self, count: int, like: Any, stats: ExchangeStats) -> Any:
         """A 1-D buffer of ``count`` elements like ``like`` for the next exchange's packed

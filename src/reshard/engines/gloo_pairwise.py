@@ -67,7 +67,7 @@ def pairwise_form(call: CallState, x: Any, g: AllToAllGeometry) -> ExchangeRun:
             if own:  # while the others' pieces arrive
                 arrays.copy(narrow(out, c, out_starts[rank], lengths[rank]), narrow(xt, s, send_starts[rank], send_sizes[rank]))
 
-        k.transport.exchange_pairs(recvs, sends(), k.op)
+        k.transport.exchange_pairs(recvs, sends(), k.op, stats)
         if not runs_in and remote_out:
             stats.pack_copies += 1
         if not direct:

@@ -75,7 +75,8 @@ class Outbox:
         self.capacity = 0
         self.maps: list[tuple[int, int, Any]] = []  # (address, length, tensor): every mapping stays valid
         self.cursor = 0
-        self.largest_pack = 0  # the largest pack buffer handed out so far (the memory counted)
+        self.high_water = 0  # the furthest any exchange has written: the memory in use
+        self.unreported = 0  # bytes the high-water mark rose by, not yet counted in a call's stats
         self._grow(capacity)
         self.token = np.frombuffer(os.urandom(_TOKEN_BYTES), dtype=np.int64).copy()
         self.view(0, _TOKEN_BYTES).numpy()[:] = self.token.view(np.uint8)
@@ -99,6 +100,9 @@ class Outbox:
         if offset + nbytes > self.capacity:
             self._grow(offset + nbytes)
         self.cursor = offset + nbytes
+        if self.cursor > self.high_water:
+            self.unreported += self.cursor - self.high_water
+            self.high_water = self.cursor
         return self.view(offset, nbytes)
 
     def offset_of(self, buf: Any) -> int | None:

@@ -84,12 +84,11 @@ class TorchEngine:
             return None
         self._settle("the pack")
         outbox = self.local.outbox
-        nbytes = count * like.element_size()
-        if nbytes > outbox.largest_pack:  # counted as ``scratch`` counts its buffer: when it grows
-            stats.allocated_bytes += nbytes
-            outbox.largest_pack = nbytes
         outbox.cursor = 0
-        return outbox.take(nbytes).view(like.dtype)
+        buf = outbox.take(count * like.element_size()).view(like.dtype)
+        stats.allocated_bytes += outbox.unreported  # counted as ``scratch`` counts: when it grows
+        outbox.unreported = 0
+        return buf
 
     def _guard(self, what: str):
         return engine_errors(what, self.rank, self.timeout)
@@ -123,7 +122,8 @@ class TorchEngine:
             )
 
     def exchange_pairs(
-        self, recvs: Sequence[tuple[int, torch.Tensor]], sends: Iterable[tuple[int, torch.Tensor]], what: str
+        self, recvs: Sequence[tuple[int, torch.Tensor]], sends: Iterable[tuple[int, torch.Tensor]], what: str,
+        stats: Any = None,
     ) -> None:
         """Point-to-point messages: receive each ``(peer, buffer)`` of ``recvs``; send each one
         that ``sends`` yields, as it yields it (the caller's pack of the next piece runs while
@@ -134,8 +134,9 @@ class TorchEngine:
 
         A same-host peer (``engines.shm``) gets a note instead: where the message lies in this
         rank's outbox (a buffer from ``send_buffer`` lies there already; any other is copied
-        in). It reads the bytes straight into its buffer and acknowledges; the outbox is not
-        written again before every peer has (``_settle``)."""
+        in; the outbox's growth is counted in ``stats``). It reads the bytes straight into its
+        buffer and acknowledges; the outbox is not written again before every peer has
+        (``_settle``)."""
         group = self.group
         local = self.local
         try:  # no context manager here: this path is per call, and entering one is not free
@@ -173,6 +174,9 @@ class TorchEngine:
         finally:
             if local is not None:
                 local.outbox.cursor = 0
+                if stats is not None:  # pieces copied into the outbox as they were
+                    stats.allocated_bytes += local.outbox.unreported
+                    local.outbox.unreported = 0
         if failed is not None:
             raise RankFailed(f"rank {self.rank}: {what}: {failed}")
 
