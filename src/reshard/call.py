@@ -5,9 +5,9 @@ Training loops call the same op on the same shapes every step. The first call of
 (op, arguments, input shape, dtype, device, contiguity, check) validates, checks and works out
 the exchange (piece shapes, datatypes, counts); later calls replay that plan.
 
-With the check on, every call that can replay first takes a *vote*: one all-reduce (max) of two
-int64 per rank, carrying the digest of the records its plan was made from (0 where it has no
-plan). A plan runs only when every rank holds one made from the same records, which, since a
+With the check on, every call first takes a *vote*: one all-reduce (max) of two int64 per
+rank, carrying the op's code and the digest of the records its plan was made from (0 where it
+has no plan or cannot replay). Ranks in different collectives learn it there, on every rank. A plan runs only when every rank holds one made from the same records, which, since a
 rank's own record is part of its signature, means the records are unchanged on every rank; any
 other outcome sends every rank down the full path, which exchanges the records themselves. The
 vote is 16 bytes whatever the number of ranks, where the records are O(ranks) bytes each. With
@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import operator
 import sys
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,13 +31,15 @@ import numpy as np
 from . import agreement
 from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
 from .comm import Comm, current
-from .errors import InvalidArgument, ReshardError
+from .errors import InvalidArgument, MismatchError, ReshardError
 from .layout import Partial, Replicate, Shard
 from .stats import ExchangeStats, set_last
 
 Array = Any  # torch.Tensor or numpy.ndarray
 
 MISS = object()
+_DIGEST_BITS = 47  # a vote: the op's 16-bit code, then the digest of the plan's records
+_DIGEST_MASK = (1 << _DIGEST_BITS) - 1
 _PLANS_MAX = 256  # signatures kept per communicator; a long run over many shapes starts over
 _PLANS_BYTES = 64 << 20  # and at most this much of kept records (N records of ~N ints each)
 
@@ -47,7 +50,7 @@ class CachedRun:
 
     record: Any  # this rank's encoded check record, or None when the call exchanged none
     gathered: bytes | None  # every rank's records, as they were when the plan was made
-    digest: int  # a 63-bit digest of ``gathered`` (never 0), this rank's vote on a replay
+    digest: int  # a 47-bit digest of ``gathered`` (never 0), this rank's vote on a replay
     run: Callable[..., Array]  # (call, x) -> result
     arrays: Any
     numpy_in: bool
@@ -72,6 +75,15 @@ def _plain(value: Any) -> Any:
     if kind not in _PLAIN_TYPES or (kind is Shard and type(value.dim) is not int):
         raise TypeError(kind)
     return (kind, value)
+
+
+def _op_code(op: str) -> int:
+    return zlib.crc32(op.encode()) & 0xFFFF
+
+
+def _op_bytes(op: str) -> np.ndarray:
+    raw = op.encode()[:64]
+    return np.frombuffer(raw + b"\0" * (64 - len(raw)), dtype=np.uint8)
 
 
 def _signature(op: str, x: Any, check: bool, args: tuple) -> tuple | None:
@@ -110,6 +122,7 @@ class Call:
         self.gathered_raw: bytes | None = None
         self.replay_exchanges = True
         self.extra_gathered: Any = None
+        self.voted = False  # this call took the vote already (its replay did)
 
     def replay(self, args: tuple) -> Any:
         """This call's result from the plan of an earlier call with the same signature, or
@@ -130,15 +143,14 @@ class Call:
                 x = x.detach()
         if self.check:
             # Every rank votes, plan or not, so the collectives line up whatever each found.
-            vote = np.array([plan.digest, -plan.digest] if plan else [0, 0], dtype=np.int64)
-            self.stats.metadata_exchanges += 1
+            vote = self._ballot(plan.digest if plan else 0)
             if plan is not None and plan.ahead is not None:
                 finish = self.transport.start_allreduce_max(vote, f"{self.op} (check)")
                 sent = plan.ahead(self, x)
-                votes = finish()
+                replay = self._count(finish())
             else:  # nothing to do meanwhile: no hand-off to a helper thread
-                votes = self.transport.allreduce_max(vote, f"{self.op} (check)")
-            if not (votes[0] != 0 and votes[0] == -votes[1]):
+                replay = self._count(self.transport.allreduce_max(vote, f"{self.op} (check)"))
+            if not replay:
                 plan = None
         elif plan is not None and plan.record is not None:
             gathered = self.transport.start_allgather_bytes(plan.record, f"{self.op} (check)")()
@@ -157,6 +169,25 @@ class Call:
         if plan.grad is not None and wants_grad(self.x):
             out = plan.grad(self, self.x, out)
         return self.result(out)
+
+    def _ballot(self, digest: int) -> np.ndarray:
+        """This rank's vote: the op's code above the plan's digest (0: no plan), and its negation
+        (the all-reduce's max of both gives every rank the largest and the smallest vote)."""
+        mine = (_op_code(self.op) << _DIGEST_BITS) | digest
+        return np.array([mine, -mine], dtype=np.int64)
+
+    def _count(self, votes: np.ndarray) -> bool:
+        """True when every rank voted for the same plan; raises on every rank when they are in
+        different collectives (the op codes differ)."""
+        self.voted = True
+        self.stats.metadata_exchanges += 1
+        high, low = int(votes[0]), -int(votes[1])
+        if high >> _DIGEST_BITS != low >> _DIGEST_BITS:
+            ops = self.transport.allgather_bytes(_op_bytes(self.op), f"{self.op} (check)")
+            names = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in ops]
+            raise MismatchError(f"rank {self.rank}: ranks called different collectives: "
+                                + agreement.describe_disagreement("op", names).split(": ", 1)[1])
+        return high == low and high & _DIGEST_MASK != 0
 
     def run_and_remember(self, run: Callable[..., Array], collective: str | None = None) -> Array:
         """``run(self, self.x)`` as one step named ``collective`` (default: the op), kept for
@@ -181,7 +212,7 @@ class Call:
         record, gathered = (self.sent_record, self.gathered_raw) if self.replay_exchanges else (None, None)
         digest = 0
         if gathered is not None:
-            digest = int.from_bytes(hashlib.blake2b(gathered, digest_size=8).digest(), "little") >> 1 or 1
+            digest = int.from_bytes(hashlib.blake2b(gathered, digest_size=8).digest(), "little") & _DIGEST_MASK or 1
         plans[self.key] = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, ahead)
 
     @contextlib.contextmanager
@@ -234,6 +265,8 @@ class Call:
         ``extra`` (int64 values, the same count on every rank) travels in the same exchange;
         every rank's row of it lands in ``self.extra_gathered``.
         """
+        if self.check and not self.voted:  # a call that cannot replay still votes: the ops line up
+            self._count(self.transport.allreduce_max(self._ballot(0), f"{self.op} (check)"))
         raw = agreement.encode(self.record, self.size)
         if extra is not None:
             raw = np.concatenate([raw, np.ascontiguousarray(extra, dtype=np.int64).view(np.uint8)])
