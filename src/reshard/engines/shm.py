@@ -76,7 +76,7 @@ class Outbox:
         self.maps: list[tuple[int, int, Any]] = []  # (address, length, tensor): every mapping stays valid
         self.cursor = 0
         self.high_water = 0  # the furthest any exchange has written: the memory in use
-        self.unreported = 0  # bytes the high-water mark rose by, not yet counted in a call's stats
+        self.unreported = 0  # the new high-water mark, not yet counted in a call's stats
         self._grow(capacity)
         self.token = np.frombuffer(os.urandom(_TOKEN_BYTES), dtype=np.int64).copy()
         self.view(0, _TOKEN_BYTES).numpy()[:] = self.token.view(np.uint8)
@@ -100,8 +100,8 @@ class Outbox:
         if offset + nbytes > self.capacity:
             self._grow(offset + nbytes)
         self.cursor = offset + nbytes
-        if self.cursor > self.high_water:
-            self.unreported += self.cursor - self.high_water
+        if self.cursor > self.high_water:  # counted as ``scratch`` counts: all of it, when it grows
+            self.unreported = self.cursor
             self.high_water = self.cursor
         return self.view(offset, nbytes)
 

@@ -85,10 +85,7 @@ class TorchEngine:
         self._settle("the pack")
         outbox = self.local.outbox
         outbox.cursor = 0
-        buf = outbox.take(count * like.element_size()).view(like.dtype)
-        stats.allocated_bytes += outbox.unreported  # counted as ``scratch`` counts: when it grows
-        outbox.unreported = 0
-        return buf
+        return outbox.take(count * like.element_size()).view(like.dtype)  # its growth: counted by the exchange
 
     def _guard(self, what: str):
         return engine_errors(what, self.rank, self.timeout)
@@ -174,7 +171,7 @@ class TorchEngine:
         finally:
             if local is not None:
                 local.outbox.cursor = 0
-                if stats is not None:  # pieces copied into the outbox as they were
+                if stats is not None:  # the outbox grew for this exchange: all of it, as ``scratch`` counts
                     stats.allocated_bytes += local.outbox.unreported
                     local.outbox.unreported = 0
         if failed is not None:
