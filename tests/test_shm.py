@@ -85,6 +85,12 @@ def test_a_pair_sends_through_shared_memory_from_the_larger_of_its_two_sizes():
         assert smallest == {q: max(mine[rank], mine[q]) for q in peers}, (rank, smallest)
 
 
+def test_a_huge_size_setting_means_never():
+    env = {0: {"RESHARD_SHM_MIN_BYTES": "9" * 30}}
+    for rank, (peers, smallest, ok) in enumerate(rs.spawn(shm_rank.settings_per_rank, 2, args=(env, (64, 64)))):
+        assert ok and peers == [1 - rank] and smallest == {1 - rank: 1 << 62}, (rank, smallest)
+
+
 def test_a_bad_size_setting_is_named():
     env = {r: {"RESHARD_SHM_MIN_BYTES": "1MB"} for r in range(2)}
     with pytest.raises(rs.RankFailed, match="RESHARD_SHM_MIN_BYTES must be a number of bytes"):

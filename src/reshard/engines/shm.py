@@ -42,19 +42,17 @@ def smallest_here() -> int:
         return SMALLEST
     if not raw.isdigit():
         raise InvalidArgument(f"RESHARD_SHM_MIN_BYTES must be a number of bytes (0 or more), got {raw!r}")
-    return int(raw)
+    return min(int(raw), 1 << 62)  # any larger means never, and must fit the setup's int64
 
 
 def host_key() -> int:
     """Ranks with the same key may share memory: the same boot of the same machine, in the same
     process and network namespaces (a network namespace of its own counts as another host)."""
-    parts = []
-    for path in ("/proc/sys/kernel/random/boot_id",):
-        try:
-            with open(path) as f:
-                parts.append(f.read().strip())
-        except OSError:
-            parts.append("")
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts = [f.read().strip()]
+    except OSError:
+        parts = [""]
     for ns in ("pid", "net", "ipc"):
         try:
             parts.append(str(os.stat(f"/proc/self/ns/{ns}").st_ino))
