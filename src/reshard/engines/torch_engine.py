@@ -66,7 +66,6 @@ class TorchEngine:
         self._helper: Any = None  # the thread that runs the replay vote while the rank packs
         self.scratch_dir: str | None = None  # a private rendezvous directory to remove on close
         self.local: LocalPeers | None = None  # same-host peers reached through shared memory
-        self._acks: list = []  # (peer, buffer, work): acknowledgements of the last exchange's notes
 
     def open_local_peers(self) -> TorchEngine:
         """Collective: find the peers on this host that messages reach through shared memory
@@ -82,7 +81,6 @@ class TorchEngine:
         ``scratch``). Asked for before any message of that exchange is sent."""
         if self.local is None:
             return None
-        self._settle("the pack")
         outbox = self.local.outbox
         outbox.cursor = 0
         return outbox.take(count * like.element_size()).view(like.dtype)  # its growth: counted by the exchange
@@ -132,20 +130,17 @@ class TorchEngine:
         A same-host peer (``engines.shm``) gets a note instead: where the message lies in this
         rank's outbox (a buffer from ``send_buffer`` lies there already; any other is copied
         in; the outbox's growth is counted in ``stats``). It reads the bytes straight into its
-        buffer and acknowledges; the outbox is not written again before every peer has
-        (``_settle``)."""
+        buffer and acknowledges; this returns once every peer has."""
         group = self.group
         local = self.local
         try:  # no context manager here: this path is per call, and entering one is not free
-            works, notes = [], []
+            works, notes, acks = [], [], []
             for peer, buf in recvs:
                 if local is not None and local.reaches(peer, buf.numel() * buf.element_size()):
                     note = torch.empty(2, dtype=torch.int64)
                     notes.append((peer, buf.view(torch.uint8), note, group.recv([note], peer, NOTE_TAG)))
                 else:
                     works.append(group.recv([buf], peer, PAIR_TAG))
-            if local is not None:
-                self._settle(what)  # the outbox is written below: the last exchange's readers are done
             for peer, buf in sends:
                 if local is not None and local.reaches(peer, buf.numel() * buf.element_size()):
                     # where the message lies in the outbox; the peer reads it and says so
@@ -153,7 +148,7 @@ class TorchEngine:
                     note = torch.tensor([local.outbox.place(raw), raw.numel()], dtype=torch.int64)
                     works.append(group.send([note], peer, NOTE_TAG))
                     ack = torch.empty(2, dtype=torch.int64)
-                    self._acks.append((peer, ack, group.recv([ack], peer, ACK_TAG)))
+                    acks.append((peer, ack, group.recv([ack], peer, ACK_TAG)))
                 else:
                     works.append(group.send([buf], peer, PAIR_TAG))
             failed = None
@@ -164,6 +159,12 @@ class TorchEngine:
                        else local.read(peer, offset, buf))
                 works.append(group.send([torch.tensor([0 if why is None else 1, 0], dtype=torch.int64)], peer, ACK_TAG))
                 failed = failed or why
+            # Every peer has read this rank's messages before it returns: the outbox may be
+            # written again, and no message of this exchange is left unread when a rank ends.
+            for peer, ack, work in acks:
+                work.wait()
+                if ack[0].item():
+                    failed = failed or f"rank {peer} could not read this rank's message"
             for work in works:
                 work.wait()
         except _ENGINE_FAILURES as exc:
@@ -176,22 +177,6 @@ class TorchEngine:
                     local.outbox.unreported = 0
         if failed is not None:
             raise RankFailed(f"rank {self.rank}: {what}: {failed}")
-
-    def _settle(self, what: str) -> None:
-        """Wait until every same-host peer has read this rank's messages of the last exchange
-        (their acknowledgements, which usually arrived long ago): the outbox may then be
-        written again. An exchange returns without waiting for them, saving a message's delay."""
-        acks, self._acks = self._acks, []
-        failed = None
-        try:
-            for peer, ack, work in acks:
-                work.wait()
-                if ack[0].item():
-                    failed = failed or peer
-        except _ENGINE_FAILURES as exc:
-            raise engine_error(exc, what, self.rank, self.timeout) from exc
-        if failed is not None:
-            raise RankFailed(f"rank {self.rank}: {what}: rank {failed} could not read this rank's last message")
 
     def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], Any]:
         """``allgather_bytes``, run now: the result is ready when this returns.
@@ -270,8 +255,6 @@ class TorchEngine:
             self._helper.shutdown(wait=True)
             self._helper = None
         if self.local is not None:
-            with contextlib.suppress(Exception):
-                self._settle("close")
             self.local.close()
             self.local = None
         if self.owns_group and dist.is_initialized():
