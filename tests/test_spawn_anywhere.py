@@ -41,7 +41,10 @@ def _python(args, **kw):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, env=env, **kw)
 
 
-def test_a_function_defined_in_a_notebook_runs_on_local_ranks(tmp_path):
+def test_a_function_defined_in_a_notebook_runs_on_local_ranks(tmp_path, monkeypatch):
+    # The kernel is stopped without running its exit hooks, so the temporary directory of
+    # multiprocessing's fork server goes into tmp_path rather than /tmp.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(JOB), nbformat.v4.new_code_cell(CHECK)]
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
