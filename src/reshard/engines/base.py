@@ -86,9 +86,10 @@ class Engine(Protocol):
         yields sent as it yields it; at most one message per pair of ranks and direction. Memory
         the engine takes for them is counted in ``stats``."""
 
-    def send_buffer(self, count: int, like: Any, stats: ExchangeStats) -> Any:
+    def send_buffer(self, count: int, like: Any) -> Any:
         """A 1-D buffer of ``count`` elements like ``like`` for the next exchange's packed
-        messages, where the engine reads them from a place of its own; else None."""
+        messages, where the engine reads them from a place of its own; else None. Its growth is
+        counted by ``exchange_pairs``, in that exchange's ``stats``."""
 
     def subgroup(self, groups: Sequence[Sequence[int]]) -> Engine:
         """Collective: the engine of this rank's group among ``groups`` (disjoint, covering)."""

@@ -121,7 +121,7 @@ class MPIEngine:
 
         return finish
 
-    def send_buffer(self, count: int, like: Any, stats: Any) -> None:
+    def send_buffer(self, count: int, like: Any) -> None:
         """None: MPI moves same-host messages through shared memory itself."""
         return None
 
@@ -141,12 +141,7 @@ class MPIEngine:
 
     def allreduce_max(self, values: Any, what: str) -> np.ndarray:
         """numpy int64 [k] -> numpy int64 [k], the elementwise max over ranks (the replay vote)."""
-        src = np.array(values, dtype=np.int64)
-        out = np.empty_like(src)
-        with self._guard(what):
-            req = self.mpi_comm.Iallreduce([src, MPI.INT64_T], [out, MPI.INT64_T], op=MPI.MAX)
-            self._wait(req, what)
-        return out
+        return self.start_allreduce_max(values, what)()
 
     def alltoallw(self, recv: Any, send: Any, recv_types: Sequence[Any], send_types: Sequence[Any], what: str) -> None:
         """One datatype per peer on each side (from ``subarray``; None for nothing): no pack, no unpack."""

@@ -75,7 +75,7 @@ class TorchEngine:
                 self.local = LocalPeers.open(self.rank, self.size, lambda b: self.allgather_bytes(b, "shared memory setup"))
         return self
 
-    def send_buffer(self, count: int, like: Any, stats: Any) -> Any:
+    def send_buffer(self, count: int, like: Any) -> Any:
         """A 1-D buffer of ``count`` elements like ``like`` for the packed messages of the next
         exchange, in the outbox same-host peers read from; None where there is none (use
         ``scratch``). Asked for before any message of that exchange is sent."""
