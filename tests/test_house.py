@@ -15,13 +15,13 @@ MAX_LINES = 500
 # Lower layers never import higher ones; a module may import its own layer only where listed.
 LAYERS = [
     ["errors", "meta"],
-    ["layout", "messages"],
+    ["layout", "messages", "settings"],
     ["plan", "arrays"],
     ["mesh_plan"],
     ["stats", "activity"],
     ["buffers", "agreement"],
     ["pieces"],
-    ["engines.base"],
+    ["engines.base", "engines.available"],
     ["engines.gloo_pairwise", "engines.mpi_forms", "engines.shm"],
     ["engines.torch_engine", "engines.mpi_engine", "engines"],
     ["comm"],
@@ -39,7 +39,7 @@ LAYERS = [
     ["viz.scenes"],
     ["viz.terminal", "viz.pictures"],
     ["viz"],
-    ["demo", "explain"],
+    ["demo", "explain", "doctor"],
     ["bench.check"],
     ["bench.mesh"],
     ["bench.rank"],
@@ -48,7 +48,7 @@ LAYERS = [
     ["cli"],
     ["__main__", ""],
 ]
-PURE = {"layout", "plan", "mesh_plan", "errors", "messages", "stats", "activity"}
+PURE = {"layout", "plan", "mesh_plan", "errors", "messages", "settings", "stats", "activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
 

@@ -162,10 +162,8 @@ def test_cli_runs_on_mpi(command):
 
 @pytest.mark.bigmem
 @pytest.mark.parametrize("concat_dim", [0, 1], ids=["bytes", "subarray-types"])
-def test_more_than_2_31_elements(concat_dim, monkeypatch):
+def test_more_than_2_31_elements(concat_dim):
     """Pieces past INT_MAX bytes take the large-count path (about 9 GiB of memory in all)."""
-    if concat_dim == 1:  # force the datatype path, which large inputs otherwise skip
-        monkeypatch.setenv("RESHARD_MPI_TYPED_MAX_BYTES", str(1 << 40))
     per_rank = 2**31 + 2**20  # int8: more elements, and bytes, than an int can count
     results = rs.spawn(rank_fns.big_int8_exchange, 2, engine="mpi", args=(per_rank, concat_dim), timeout=1200, check=False)
     assert results[0] == (True, 2 * per_rank)

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import CommTimeout, InvalidArgument, MismatchError, RankFailed, ReshardError, UnsupportedDType
+from .errors import (
+    CommTimeout,
+    InvalidArgument,
+    MismatchError,
+    MissingDependency,
+    RankFailed,
+    ReshardError,
+    UnsupportedDType,
+)
 from .layout import Partial, Replicate, Shard, local_shard, parse_placement, parse_placements, shard_sizes
 from .meta import VERSION
 
@@ -26,6 +34,7 @@ _LAZY = {
 __all__ = [
     "Shard", "Replicate", "Partial", "shard_sizes", "local_shard", "parse_placement", "parse_placements",
     "ReshardError", "InvalidArgument", "UnsupportedDType", "MismatchError", "RankFailed", "CommTimeout",
+    "MissingDependency",
     *_LAZY,
 ]
 

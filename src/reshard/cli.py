@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from .engines.available import ENGINES
 from .errors import ReshardError
 from .layout import Shard, parse_placement
 from .messages import LANGS, say
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dst", default=None, help="same choices (default col); with --mesh one per mesh dim")
     demo.add_argument("--mesh", type=parse_shape, help="run on a process mesh of local ranks, e.g. 2x2 (default: a 1-D world of --ranks)")
     demo.add_argument("--dtype", choices=DEMO_DTYPES, default="float32", help="element type of the matrix (default float32)")
-    demo.add_argument("--engine", choices=("gloo", "mpi"), default="gloo", help="gloo (torch.distributed) or mpi (mpi4py)")
+    demo.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     demo.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
     demo.add_argument("--timeout", type=float, default=60.0, help="seconds before the job is stopped")
     demo.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="run Gather, AllGather, ReduceScatter, AllToAll, AllReduce side by side and answer what each one sums, replicates and moves")
     explain.add_argument("--ranks", type=_positive, default=3, help="number of local ranks (default 3)")
     explain.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
-    explain.add_argument("--engine", choices=("gloo", "mpi"), default="gloo", help="gloo (torch.distributed) or mpi (mpi4py)")
+    explain.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     explain.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
     explain.add_argument("--json", action="store_true", help="the measured facts, machine-readable")
     explain.add_argument("--timeout", type=float, default=60.0, help="seconds before the job is stopped (default 60)")
@@ -90,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--alpha", type=float, default=20e-6, help="seconds per message (latency), default 20e-6")
     plan.add_argument("--beta", type=float, default=1 / 5e9, help="seconds per byte (1 / bandwidth), default 1/5e9")
     bench = sub.add_parser("bench", help="time reshard's collectives beside the raw engine, DTensor and memcpy")
-    bench.add_argument("--engine", choices=("gloo", "mpi"), default="gloo", help="gloo (torch.distributed) or mpi (mpi4py)")
+    bench.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     bench.add_argument("--ranks", type=_positive, default=4, help="number of local ranks (default 4)")
     bench.add_argument("--mesh", type=parse_shape, help="time a layout change on a process mesh (e.g. 2x2), beside DTensor on the same mesh")
     bench.add_argument("--src", help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
@@ -107,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", metavar="FILE.png", help="draw busbw against size for each method, floor included")
     bench.add_argument("--timeout", type=float, default=1800.0, help="seconds before the whole run is stopped (default 1800)")
     bench.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
+    doctor = sub.add_parser("doctor", help="what is installed here and which engines work (paste it into a bug report)")
+    doctor.add_argument("--engine", choices=ENGINES, help="the engine you need: exit 1 when it cannot work here")
+    doctor.add_argument("--ranks", type=_positive, help="also run a real exchange on this many local ranks of each working engine")
+    doctor.add_argument("--timeout", type=float, default=60.0, help="seconds before a --ranks trial is stopped (default 60)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     return parser
 
 
@@ -121,24 +128,24 @@ def _console(no_color: bool = False, stderr: bool = False):
 
 SMALL_PLAN_RANKS = 256  # above this a 1-D plan is summed up without listing its transfers
 
-# Optional libraries a flag needs, and the extra that installs each: checked before any work.
-NEEDS = {"png": ("matplotlib", "plot"), "engine=mpi": ("mpi4py", "mpi")}
-
-
 def _missing_extra(args: argparse.Namespace) -> str | None:
-    """One line naming what to install, when a flag needs a library that is not importable."""
-    import importlib
+    """One line naming what to install, when a flag needs a library that is not installed;
+    picks the engine first where none was given (gloo, or MPI without torch, saying so)."""
+    from .engines.available import default_engine, missing_for
 
-    wanted = []
     if getattr(args, "png", None):
-        wanted.append(("--png", *NEEDS["png"]))
-    if getattr(args, "engine", None) == "mpi":
-        wanted.append(("--engine mpi", *NEEDS["engine=mpi"]))
-    for flag, module, extra in wanted:
-        try:
-            importlib.import_module(module)
+        try:  # imported, not only found: a broken install counts as missing
+            import matplotlib  # noqa: F401
         except ImportError:
-            return f"reshard: {flag} needs {module}, which is not installed: pip install 'reshard[{extra}]'"
+            return "reshard: --png needs matplotlib, which is not installed: pip install matplotlib (reshard's [plot] extra)"
+    if hasattr(args, "engine"):
+        if args.engine is None:
+            args.engine, note = default_engine()
+            if note is not None:
+                print(f"reshard: {note}", file=sys.stderr)
+        missing = missing_for(args.engine)
+        if missing is not None:
+            return f"reshard: {missing}"
     return None
 
 
@@ -264,6 +271,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import collect, render
+
+    report = collect(engine=args.engine, ranks=args.ranks, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(_console(args.no_color), report)
+    return 1 if report["problems"] else 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -306,12 +324,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    missing = _missing_extra(args)
+    missing = None if args.command == "doctor" else _missing_extra(args)
     if missing is not None:
         print(missing, file=sys.stderr)
         return 2
     try:
-        return {"demo": cmd_demo, "plan": cmd_plan, "explain": cmd_explain, "bench": cmd_bench}[args.command](args)
+        return {"demo": cmd_demo, "plan": cmd_plan, "explain": cmd_explain, "bench": cmd_bench,
+                "doctor": cmd_doctor}[args.command](args)
     except ReshardError as exc:
         print(say("cli.error", getattr(args, "lang", "en"), error=exc), file=sys.stderr)
         return 2

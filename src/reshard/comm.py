@@ -7,18 +7,12 @@ import os
 import shutil
 from typing import Any
 
+from . import settings
 from .buffers import release_buffers
-from .errors import InvalidArgument, ReshardError
+from .engines.available import ENGINES, default_engine, missing_for
+from .errors import InvalidArgument, MissingDependency, ReshardError
 
-DEFAULT_TIMEOUT = 300.0
-ENGINES = ("gloo", "nccl", "mpi")
-
-
-def env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off")
+DEFAULT_TIMEOUT: float = settings.BY_NAME["RESHARD_TIMEOUT"].default
 
 
 class Comm:
@@ -134,10 +128,16 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
         return _current
     if engine is not None and engine not in ENGINES:
         raise InvalidArgument(f"engine must be one of {ENGINES} or None, got {engine!r}")
-    timeout = float(timeout if timeout is not None else os.environ.get("RESHARD_TIMEOUT", DEFAULT_TIMEOUT))
-    check = check and env_flag("RESHARD_CHECK", True)
+    timeout = float(timeout if timeout is not None else settings.read("RESHARD_TIMEOUT"))
+    check = check and settings.read("RESHARD_CHECK")
     found = launcher_env()
-    if engine == "mpi" or (engine is None and found is not None and found[0] == "mpi"):
+    if engine is None and found is None:  # a lone process: gloo where torch is installed, else MPI
+        engine = default_engine()[0]
+    wanted = engine or ("mpi" if found is not None and found[0] == "mpi" else "gloo")
+    missing = missing_for(wanted)
+    if missing is not None:
+        raise MissingDependency(missing)
+    if wanted == "mpi":
         from .engines.mpi_engine import init_mpi
 
         transport = init_mpi(timeout)

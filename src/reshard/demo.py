@@ -4,17 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from .engines.available import installed
+from .errors import MissingDependency
 from .layout import Partial, Placement, Replicate, local_shard
 from .messages import say
 from .viz.terminal import render_demo
 
 
 def global_matrix(shape: tuple[int, int], dtype: str) -> Any:
-    """A[i, j] = i * cols + j: every value names its own position."""
-    import torch
-
+    """A[i, j] = i * cols + j: every value names its own position. A torch tensor where torch
+    is installed, else a numpy array (numpy has no bfloat16)."""
     rows, cols = shape
-    return torch.arange(rows * cols, dtype=torch.float64).reshape(rows, cols).to(getattr(torch, dtype))
+    if installed("torch"):
+        import torch
+
+        return torch.arange(rows * cols, dtype=torch.float64).reshape(rows, cols).to(getattr(torch, dtype))
+    import numpy as np
+
+    if dtype == "bfloat16":
+        raise MissingDependency("--dtype bfloat16 needs torch, which is not installed: install torch (reshard's [torch] extra)")
+    return np.arange(rows * cols, dtype=np.float64).reshape(rows, cols).astype(dtype)
+
+
+def _contiguous(a: Any) -> Any:
+    import numpy as np
+
+    return np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a.contiguous()
 
 
 def demo_rank(comm: Any, shape: tuple[int, int], src: Placement, dst: Placement, dtype: str) -> tuple:
@@ -22,18 +37,27 @@ def demo_rank(comm: Any, shape: tuple[int, int], src: Placement, dst: Placement,
     from . import ops
 
     full = global_matrix(shape, dtype)
-    mine = local_shard(full, src, comm.rank, comm.size).contiguous()
+    mine = _contiguous(local_shard(full, src, comm.rank, comm.size))
     out = ops.redistribute(mine, src, dst)
     stats = ops.last_exchange()
     return mine, out, (stats.bytes_sent, stats.bytes_received) if stats else (0, 0)
 
 
 def _bits_equal(a: Any, b: Any) -> bool:
+    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return False
+    return bytes_of(_contiguous(a)) == bytes_of(_contiguous(b))
+
+
+def bytes_of(a: Any) -> bytes:
+    """The raw bytes of a contiguous array or tensor."""
+    import numpy as np
+
+    if isinstance(a, np.ndarray):
+        return a.tobytes()
     import torch
 
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))) if a.numel() else True
+    return a.reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def verify(shape: tuple[int, int], dtype: str, dst: Placement, outs: list[Any]) -> dict[int, str]:
@@ -42,14 +66,14 @@ def verify(shape: tuple[int, int], dtype: str, dst: Placement, outs: list[Any]) 
     full = global_matrix(shape, dtype)
     n = len(outs)
     if isinstance(dst, Partial):
-        total = outs[0].clone()
+        total = outs[0] * 1
         for o in outs[1:]:
-            total += o
+            total = total + o
         return {} if _bits_equal(total, full) else {0: "the partial results do not sum to A"}
     problems = {}
     for r, out in enumerate(outs):
         want = local_shard(full, dst, r, n)
-        if not _bits_equal(out, want.contiguous()):
+        if not _bits_equal(out, want):
             problems[r] = f"got shape {list(out.shape)}, want {list(want.shape)}" if out.shape != want.shape else "values differ"
     return problems
 
@@ -88,7 +112,7 @@ def demo_mesh_rank(comm: Any, mesh_shape: tuple, shape: tuple[int, int], src: tu
     if any(isinstance(p, Partial) for p in src):  # a partial sum: the first rank of each group holds A
         first = all(mesh.coord[m] == 0 for m, p in enumerate(src) if isinstance(p, Partial))
         mine = mine if first else mine * 0
-    mine = mine.contiguous()
+    mine = _contiguous(mine)
     out = ops.redistribute(mine, src, dst, mesh=mesh)
     stats = ops.last_exchange()
     return mesh.coord, mine, out, (stats.bytes_sent, stats.bytes_received) if stats else (0, 0)
@@ -101,7 +125,7 @@ def verify_mesh(shape: tuple[int, int], dtype: str, mesh_shape: tuple, dst: tupl
     partial = [m for m, p in enumerate(dst) if isinstance(p, Partial)]
     problems = {}
     for r, (coord, out) in enumerate(zip(coords, outs)):
-        want = local_shard(full, whole, coord, mesh_shape).contiguous()
+        want = _contiguous(local_shard(full, whole, coord, mesh_shape))
         got = out
         if partial:
             got = sum(o for c, o in zip(coords, outs) if all(c[m] == coord[m] for m in range(len(coord)) if m not in partial))

@@ -42,6 +42,11 @@ class CommTimeout(ReshardError, TimeoutError):
     """A wait for other ranks ran out of time."""
 
 
+class MissingDependency(ReshardError, ImportError):
+    """A library that an engine or an option needs is not installed; the message names the
+    extra that installs it (reshard's ``[torch]`` extra, say)."""
+
+
 _ON_EVERY_RANK: dict[type, type] = {}
 
 

@@ -1,10 +1,6 @@
-"""The installed package's version, from its metadata (pyproject.toml is the one place it is set)."""
+"""The package's version: set here and nowhere else (pyproject.toml reads it from this file),
+so ``import reshard`` never reads package metadata."""
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    VERSION = version("reshard")
-except PackageNotFoundError:  # a source tree that was never installed
-    VERSION = "0+unknown"
+VERSION = "0.2.0"

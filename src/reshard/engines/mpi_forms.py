@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,9 +19,9 @@ from ..layout import offsets
 from ..pieces import as_run, data_ptr, narrow, swap01, unpack_others, with_dim
 from .base import AllToAllGeometry, CallState, ExchangeRun
 
-# Byte bounds of the datatype path; the variables exist for measuring the byte path.
-TYPED_MIN_BYTES = int(os.environ.get("RESHARD_MPI_TYPED_MIN_BYTES", "0"))
-TYPED_MAX_BYTES = int(os.environ.get("RESHARD_MPI_TYPED_MAX_BYTES", str(1 << 62)))
+# Byte bounds of the datatype path (a benchmark may narrow them to time the byte path).
+TYPED_MIN_BYTES = 0
+TYPED_MAX_BYTES = 1 << 62
 INT_MAX = 2**31 - 1
 
 

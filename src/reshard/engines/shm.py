@@ -21,28 +21,23 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from .. import settings
 
 _ALIGN = 64  # every message starts on a cache line
 # Below this a message goes by the engine's own path: its one hop beats a note and a copy
 # (performance docs). RESHARD_SHM_MIN_BYTES sets it; a pair takes the larger of its two.
-SMALLEST = 1 << 20
+SMALLEST: int = settings.BY_NAME["RESHARD_SHM_MIN_BYTES"].default
 _TOKEN_BYTES = 16
 
 
 def enabled_here() -> bool:
     """Shared memory is offered by this rank (Linux memfd, not turned off)."""
-    return os.environ.get("RESHARD_SHM", "1") != "0" and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+    return settings.read("RESHARD_SHM") and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
 
 def smallest_here() -> int:
     """The smallest message this rank sends through shared memory (``RESHARD_SHM_MIN_BYTES``)."""
-    raw = os.environ.get("RESHARD_SHM_MIN_BYTES", "").strip()
-    if not raw:
-        return SMALLEST
-    if not raw.isdigit():
-        raise InvalidArgument(f"RESHARD_SHM_MIN_BYTES must be a number of bytes (0 or more), got {raw!r}")
-    return min(int(raw), 1 << 62)  # any larger means never, and must fit the setup's int64
+    return settings.read("RESHARD_SHM_MIN_BYTES")
 
 
 def host_key() -> int:

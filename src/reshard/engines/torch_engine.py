@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import gc
-import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -61,8 +60,8 @@ class TorchEngine:
         self.arrays = array_backend("torch")
         # gloo: all_to_all as one message per peer (engines.gloo_pairwise), faster than one
         # all_to_all_single after a full pack at every size measured (performance docs).
-        # RESHARD_GLOO_PAIRWISE=0, or setting this to False, takes the one-call form.
-        self.pairwise = name == "gloo" and os.environ.get("RESHARD_GLOO_PAIRWISE", "1") != "0"
+        # Setting this to False takes the one-call form (a benchmark compares the two).
+        self.pairwise = name == "gloo"
         self._helper: Any = None  # the thread that runs the replay vote while the rank packs
         self.scratch_dir: str | None = None  # a private rendezvous directory to remove on close
         self.local: LocalPeers | None = None  # same-host peers reached through shared memory

@@ -19,15 +19,17 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import activity
-from ..errors import InvalidArgument
+from ..engines.available import ENGINES, default_engine, missing_for
+from ..errors import InvalidArgument, MissingDependency
 from ..layout import check_int
 from .payload import main_not_imported, pack, unguarded_call_site
 from .report import RankError, job_failed
-from .settings import ENGINES, FAILURE_GRACE_S
+from .settings import FAILURE_GRACE_S
 
 STDERR_TAIL_BYTES = 4096  # what the report keeps of a rank's stderr
 
@@ -39,7 +41,7 @@ def _context() -> Any:
 
 
 def spawn(
-    fn: Callable[..., Any], world_size: int, engine: str = "gloo", args: Sequence[Any] = (),
+    fn: Callable[..., Any], world_size: int, engine: str | None = None, args: Sequence[Any] = (),
     timeout: float = 60.0, check: bool = True,
 ) -> list[Any]:
     """Run ``fn(comm, *args)`` on ``world_size`` local ranks and return the results in rank order.
@@ -50,12 +52,23 @@ def spawn(
     ranks and why (each one's traceback, last error output, or the collective it was waiting
     in); when every rank raised the same ``ReshardError`` subclass, the exception is also an
     instance of that subclass. No rank outlives the call.
+
+    ``engine``: "gloo" (torch.distributed), "nccl" or "mpi"; None takes gloo where torch is
+    installed, else MPI (with a ``UserWarning`` saying so). An engine whose library is missing
+    raises ``MissingDependency`` naming the extra to install.
     """
     size = check_int("world_size", world_size)
     if size < 1:
         raise InvalidArgument(f"world_size must be >= 1, got {size}")
+    if engine is None:
+        engine, note = default_engine()
+        if note is not None:
+            warnings.warn(f"rs.spawn: {note}", UserWarning, stacklevel=2)
     if engine not in ENGINES:
         raise InvalidArgument(f"engine must be one of {ENGINES}, got {engine!r}")
+    missing = missing_for(engine)
+    if missing is not None:
+        raise MissingDependency(missing)
     if not callable(fn):
         raise InvalidArgument(f"fn must be callable, got {fn!r}")
     site = unguarded_call_site()

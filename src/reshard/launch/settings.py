@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-ENGINES = ("gloo", "nccl", "mpi")
-
 # After one rank fails, how long the others get to report (their own errors are often the
 # more telling ones) before they are stopped.
 FAILURE_GRACE_S = 5.0
@@ -19,3 +17,4 @@ MALLOC_KEEP = {
     "MALLOC_TRIM_THRESHOLD_": str(KEEP_FREED_BYTES),
     "MALLOC_TOP_PAD_": str(TOP_PAD_BYTES),
 }
+

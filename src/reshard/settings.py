@@ -1,0 +1,106 @@
+"""Every ``RESHARD_*`` environment variable, read one way: the table below is what the docs
+(``docs/settings.md``) and ``reshard doctor`` list, and a bad value raises ``InvalidArgument``
+naming the variable. Pure: imports no engine and no array library.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidArgument
+
+NEVER_BYTES = 1 << 62  # any larger byte count means "never"; it must still fit an int64
+
+
+def _flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be 1/0, true/false, yes/no or on/off")
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("must be a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError("must be a positive, finite number of seconds")
+    return value
+
+
+def _bytes(raw: str) -> int:
+    text = raw.strip()
+    if not text.isdigit():
+        raise ValueError("must be a number of bytes (0 or more)")
+    return min(int(text), NEVER_BYTES)
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One variable: its name, what it means, its default and how its text is read."""
+
+    name: str
+    meaning: str
+    default: Any
+    parse: Callable[[str], Any]
+    set_by_reshard: bool = False  # written by rs.spawn for its ranks, read by the user's code
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("RESHARD_TIMEOUT", "seconds every collective may wait for its peers before raising CommTimeout "
+             "(rs.init; rs.spawn passes its own timeout)", 300.0, _seconds),
+    Variable("RESHARD_CHECK", "0 turns off the cross-rank agreement check of repeated calls by default "
+             "(as rs.init(check=False))", True, _flag),
+    Variable("RESHARD_SHM", "0 keeps every pair this rank belongs to on the engine's messages "
+             "(no shared memory between same-host gloo ranks)", True, _flag),
+    Variable("RESHARD_SHM_MIN_BYTES", "the smallest message that goes through shared memory; a pair takes the "
+             f"larger of its two settings; {NEVER_BYTES} or more means never", 1 << 20, _bytes),
+    Variable("RESHARD_RANK", "this rank's index, set by rs.spawn for the ranks it starts", None, int,
+             set_by_reshard=True),
+    Variable("RESHARD_WORLD_SIZE", "the number of ranks, set by rs.spawn for the torch ranks it starts", None, int,
+             set_by_reshard=True),
+)
+BY_NAME = {v.name: v for v in VARIABLES}
+
+
+def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The parsed value of ``name`` (its default when unset or blank); ``InvalidArgument``
+    naming the variable when its text cannot be read."""
+    var = BY_NAME[name]
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or raw.strip() == "":
+        return var.default
+    try:
+        return var.parse(raw)
+    except ValueError as exc:
+        raise InvalidArgument(f"environment variable {name}={raw!r}: {exc}") from None
+
+
+def unknown(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``RESHARD_*`` variables that are set but mean nothing to reshard (a typo, or one it dropped)."""
+    env = os.environ if environ is None else environ
+    return sorted(k for k in env if k.startswith("RESHARD_") and k not in BY_NAME)
+
+
+def current(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Every variable that is set: its text, and its parsed value or what is wrong with it."""
+    env = os.environ if environ is None else environ
+    out: dict[str, dict[str, Any]] = {}
+    for var in VARIABLES:
+        if var.name not in env:
+            continue
+        entry: dict[str, Any] = {"text": env[var.name]}
+        try:
+            entry["value"] = read(var.name, env)
+        except InvalidArgument as exc:
+            entry["error"] = str(exc)
+        out[var.name] = entry
+    for name in unknown(env):
+        out[name] = {"text": env[name], "error": f"{name} is not a reshard setting"}
+    return out
