@@ -115,14 +115,17 @@ class TorchArrays:
         """(is_floating, is_complex, is_bool)."""
         return x.dtype.is_floating_point, x.dtype.is_complex, x.dtype == self.torch.bool
 
-    def lowest_highest(self, x: Any) -> tuple[Any, Any]:
+    def identity(self, x: Any, op: str) -> Any:
+        """The value that leaves ``op`` unchanged for ``x``'s dtype (0 for sum and avg)."""
         t = self.torch
+        if op in ("sum", "avg"):
+            return 0
         if x.dtype == t.bool:
-            return False, True
+            return op == "min"
         if x.dtype.is_floating_point:
-            return -float("inf"), float("inf")
-        info = t.iinfo(x.dtype)
-        return info.min, info.max
+            return float("inf") if op == "min" else -float("inf")
+        info = t.iinfo(x.dtype)  # complex has no order: refused before this is asked
+        return info.max if op == "min" else info.min
 
 
 class NumpyArrays:
@@ -166,14 +169,17 @@ class NumpyArrays:
         k = x.dtype.kind
         return k == "f", k == "c", k == "b"
 
-    def lowest_highest(self, x: Any) -> tuple[Any, Any]:
+    def identity(self, x: Any, op: str) -> Any:
+        """The value that leaves ``op`` unchanged for ``x``'s dtype (0 for sum and avg)."""
         k = x.dtype.kind
+        if op in ("sum", "avg"):
+            return 0
         if k == "b":
-            return False, True
+            return op == "min"
         if k == "f":
-            return -np.inf, np.inf
-        info = np.iinfo(x.dtype)
-        return info.min, info.max
+            return np.inf if op == "min" else -np.inf
+        info = np.iinfo(x.dtype)  # complex has no order: refused before this is asked
+        return info.max if op == "min" else info.min
 
 
 _BACKENDS: dict[str, Any] = {}

@@ -142,9 +142,7 @@ def _local_step(step: Step, plan: Plan) -> Callable[[CallState, Array], Array]:
         return lambda k, xt: to_partial(k, xt, step.op)
 
     def embed(k: CallState, xt: Array) -> Array:  # Shard -> Partial: the shard in a full tensor
-        lo, hi = k.arrays.lowest_highest(xt)
-        fill = {"sum": 0, "max": lo, "min": hi}[step.op]
-        out = k.arrays.full_like(alloc(k.arrays, k.stats, plan.global_shape, like=xt), fill)
+        out = k.arrays.full_like(alloc(k.arrays, k.stats, plan.global_shape, like=xt), k.arrays.identity(xt, step.op))
         start = sum(shard_sizes(plan.global_shape[step.dim], n)[: k.rank])
         k.arrays.copy(narrow(out, step.dim, start, xt.shape[step.dim]), xt)
         return out

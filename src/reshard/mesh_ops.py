@@ -45,11 +45,13 @@ def redistribute_mesh(x: Array, src: Any, dst: Any, mesh: Mesh, global_shape: An
         s_pl = tuple(Shard(normalize_dim(p.dim, nd, "src Shard dim")) if isinstance(p, Shard) else p for p in s_pl)
         d_pl = tuple(Shard(normalize_dim(p.dim, nd, "dst Shard dim")) if isinstance(p, Shard) else p for p in d_pl)
         call.record.args = (_code(s_pl), _code(d_pl), _code((mesh.shape, rule)))
-        for m, (a, b) in enumerate(zip(s_pl, d_pl)):
-            if isinstance(b, Partial) and b.op == "avg" and isinstance(a, Shard):
-                raise InvalidArgument(f"mesh dim {m}: Shard -> Partial('avg') cannot be exact; use Partial('sum')")
+        for m, (a, b) in enumerate(zip(s_pl, d_pl)):  # in the order the world's redistribute checks
             if isinstance(a, Partial) and a != b:
                 execute.check_reducible(call.arrays, call.x, a.op)
+            if isinstance(b, Partial) and a != b:  # the result must reduce with b's op
+                execute.check_reducible(call.arrays, call.x, b.op)
+            if isinstance(b, Partial) and b.op == "avg" and isinstance(a, Shard):
+                raise InvalidArgument(f"mesh dim {m}: Shard -> Partial('avg') cannot be exact; use Partial('sum')")
         if global_shape is not None:
             gshape = tuple(check_int(f"global_shape[{i}]", g) for i, g in enumerate(global_shape))
             call.record.global_shape = gshape
@@ -143,8 +145,7 @@ def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
     def start(k: Call, xt: Array) -> tuple[Array, Any]:
         out = alloc(k.arrays, k.stats, out_shape, like=xt)
         if plan.fill_op is not None:
-            low, high = k.arrays.lowest_highest(xt)
-            out = k.arrays.full_like(out, {"sum": 0, "max": low, "min": high}[plan.fill_op])
+            out = k.arrays.full_like(out, k.arrays.identity(xt, plan.fill_op))
         return out, (lambda: [k.arrays.copy(out[_slices(box, target)], xt[_slices(box, held)]) for box in kept])
 
     def ahead(k: Call, xt: Array) -> Any:

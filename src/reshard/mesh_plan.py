@@ -207,8 +207,9 @@ class MeshPlan(_Transfers):
                 mid[m] = Replicate()
         # Partial kept as it is moves like a replica: each rank keeps its own partial values.
         self.kept_partial = tuple(m for m, p in enumerate(src) if isinstance(p, Partial) and dst[m] == p)
-        # Destinations that become Partial(op) from Shard/Replicate: each element is held by one
-        # rank of the group along those dims (the first that has it), the others hold op's identity.
+        # Destinations that become Partial(op) from Shard/Replicate: a rank keeps what it holds of
+        # its group's region and holds op's identity elsewhere; for sum only the first rank of the
+        # group that holds an element keeps it (a copy on two ranks would count twice).
         self.owned_dims = tuple(m for m, p in enumerate(dst) if isinstance(p, Partial) and not isinstance(mid[m], Partial)
                                 and m not in self.kept_partial and p.op != "avg")
         as_moved = [Replicate() if isinstance(p, Partial) else p for p in mid]
@@ -243,7 +244,7 @@ class MeshPlan(_Transfers):
         if mine is None:
             return []
         boxes = [mine]
-        for other in self._group(rank) if self.owned_dims else []:
+        for other in self._group(rank) if self.owned_dims and self.fill_op == "sum" else []:
             if other == rank:
                 break
             boxes = [piece for b in boxes for piece in box_subtract(b, self.exchange.held(other))]

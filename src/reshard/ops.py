@@ -350,6 +350,8 @@ def redistribute(
             op = s_pl.op if isinstance(s_pl, Partial) else d_pl.op
             if isinstance(s_pl, Partial) and not (isinstance(d_pl, Partial) and d_pl == s_pl):
                 execute.check_reducible(call.arrays, call.x, op)
+            if isinstance(d_pl, Partial) and d_pl != s_pl:  # the result must reduce with dst's op
+                execute.check_reducible(call.arrays, call.x, d_pl.op)
             if isinstance(d_pl, Partial) and isinstance(s_pl, Shard) and d_pl.op == "avg":
                 raise InvalidArgument("Shard -> Partial('avg') cannot be exact; use Partial('sum')")
     src_shard = s_pl.dim if isinstance(s_pl, Shard) else None
