@@ -16,8 +16,9 @@ MAX_LINES = 500
 LAYERS = [
     ["errors", "meta"],
     ["layout", "messages", "settings"],
-    ["plan", "arrays"],
+    ["plan", "arrays", "rank_plan"],
     ["mesh_plan"],
+    ["rank_view"],
     ["stats", "activity"],
     ["buffers", "agreement"],
     ["pieces"],
@@ -48,7 +49,7 @@ LAYERS = [
     ["cli"],
     ["__main__", ""],
 ]
-PURE = {"layout", "plan", "mesh_plan", "errors", "messages", "settings", "stats", "activity"}
+PURE = {"layout", "plan", "rank_plan", "mesh_plan", "rank_view", "errors", "messages", "settings", "stats", "activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
 

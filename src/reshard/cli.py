@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); on a mesh one per mesh dim: 'S(0),S(1)'")
     plan.add_argument("--dst", default=None, help="same choices (default col); on a mesh one per mesh dim: 'S(1),S(0)'")
     plan.add_argument("--dtype", default="float32", help="element type, for the byte counts (default float32)")
+    plan.add_argument("--rank", type=int, help="plan only this rank's part: its steps, peers and bytes, worked out from that rank alone")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
     plan.add_argument("--alpha", type=float, default=20e-6, help="seconds per message (latency), default 20e-6")
@@ -237,6 +238,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
     from .viz.terminal import render_mesh_plan, render_plan
 
+    if args.rank is not None:
+        return _plan_rank(args)
     mesh = args.mesh or ((args.ranks,) if args.ranks > SMALL_PLAN_RANKS else None)
     if mesh is None:
         src, dst = _placement(args.src or "row"), _placement(args.dst or "col")
@@ -280,6 +283,35 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         render(_console(args.no_color), report)
     return 1 if report["problems"] else 0
+
+
+def _plan_rank(args: argparse.Namespace) -> int:
+    """``reshard plan --rank R``: that rank's part alone."""
+    import math
+
+    from .layout import parse_placements
+    from .plan import ITEMSIZE
+    from .rank_view import rank_report
+    from .viz.terminal import render_rank_plan
+
+    size = math.prod(args.mesh) if args.mesh else args.ranks
+    if not 0 <= args.rank < size:
+        raise ReshardError(f"--rank {args.rank} is outside the {size} ranks (0 to {size - 1})")
+    if args.dtype not in ITEMSIZE:
+        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
+    if args.mesh:
+        if args.src is None or args.dst is None:
+            raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
+        report = rank_report(args.shape, parse_placements(args.src), parse_placements(args.dst), args.rank, args.dtype,
+                             mesh=args.mesh)
+    else:
+        report = rank_report(args.shape, _placement(args.src or "row"), _placement(args.dst or "col"), args.rank,
+                             args.dtype, ranks=args.ranks)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render_rank_plan(_console(), report)
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

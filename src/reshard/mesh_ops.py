@@ -124,23 +124,23 @@ def _slices(box: Box, origin: Box) -> tuple[slice, ...]:
 def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
     """``run(call, x, sent=None)`` for this rank's part of ``plan``, everything worked out once,
     and ``ahead(call, x)`` (its local work, done early; its result is ``sent``) or None."""
-    rank, size = mesh.comm.rank, mesh.size
+    rank = mesh.comm.rank
     subs = {red.mesh_dim: mesh.sub(red.mesh_dim) for red in plan.reductions}  # every rank, same order
-    everyone = [plan.recvs(q) for q in range(size)]
-    moves = any(everyone)
-    recvs = sorted(((p, i, box) for i, (p, box) in enumerate(everyone[rank])), key=lambda t: (t[0], t[1]))
-    sends = [(q, box) for q in range(size) for p, box in everyone[q] if p == rank]
+    sends, received = plan.rank_exchange(rank)
+    moves = plan.moves()
+    recvs = sorted(((p, i, box) for i, (p, box) in enumerate(received)), key=lambda t: (t[0], t[1]))
     held, target = plan.exchange.held(rank), plan.target(rank)
     kept = plan.kept(rank)
     out_shape = tuple(b - a for a, b in target)
-    send_counts = [0] * size
+    send_counts: dict[int, int] = {}  # elements per peer: only this rank's peers, never a list of every rank
     for q, box in sends:
-        send_counts[q] += box_size(box)
-    recv_counts = [0] * size
+        send_counts[q] = send_counts.get(q, 0) + box_size(box)
+    recv_counts: dict[int, int] = {}
     for p, _, box in recvs:
-        recv_counts[p] += box_size(box)
+        recv_counts[p] = recv_counts.get(p, 0) + box_size(box)
 
     exchange = _BoxExchange(held, target, sends, recvs, send_counts, recv_counts)
+    all_reduces: dict = {}  # reduction -> its plan on the mesh dim's sub-communicator
 
     def start(k: Call, xt: Array) -> tuple[Array, Any]:
         out = alloc(k.arrays, k.stats, out_shape, like=xt)
@@ -163,9 +163,11 @@ def mesh_run(call: Call, mesh: Mesh, plan: MeshPlan) -> Any:
             started = stats.begin_step()
             if red.collective == "reduce_scatter":
                 xt = execute.reduce_scatter_core(kk, kk.x, red.dim, red.op)
-            else:
-                steps = make_plan(tuple(xt.shape), Partial(red.op), Replicate(), kk.size, itemsize=k.arrays.itemsize(xt))
-                xt = execute.plan_run(kk, kk.x, steps)(kk, kk.x)
+            else:  # planned on the first run, replayed after (the shape there never changes)
+                if red not in all_reduces:
+                    all_reduces[red] = make_plan(tuple(xt.shape), Partial(red.op), Replicate(), kk.size,
+                                                 itemsize=k.arrays.itemsize(xt))
+                xt = execute.plan_run(kk, kk.x, all_reduces[red])(kk, kk.x)
             for name in ("bytes_sent", "bytes_received", "allocated_bytes", "pack_copies", "unpack_copies"):
                 setattr(stats, name, getattr(stats, name) + getattr(kk.stats, name))
             stats.end_step(red.collective, started)
@@ -190,8 +192,8 @@ class _BoxExchange:
     result is received straight into it, one that is a run of the input is sent as it is; the
     rest goes through a buffer (packed before its send, unpacked once it arrived)."""
 
-    def __init__(self, held: Box, target: Box, sends: list, recvs: list, send_counts: list[int],
-                 recv_counts: list[int]) -> None:
+    def __init__(self, held: Box, target: Box, sends: list, recvs: list, send_counts: dict[int, int],
+                 recv_counts: dict[int, int]) -> None:
         self.held, self.target = held, target
         self.send_counts, self.recv_counts = send_counts, recv_counts
         self.by_src: dict[int, list[Box]] = {}
@@ -214,7 +216,7 @@ class _BoxExchange:
                 as_is[q] = view.reshape(-1)
         pack, base = None, 0
         if len(as_is) < len(self.by_dst):  # the pack buffer first, before any message leaves
-            pack = pack_buffer(k, sum(self.send_counts), like=xt)
+            pack = pack_buffer(k, sum(self.send_counts.values()), like=xt)
             stats.pack_copies += 1
         for q, boxes in sorted(self.by_dst.items()):
             if q in as_is:
@@ -258,8 +260,8 @@ class _BoxExchange:
         if unpack:
             stats.unpack_copies += 1
         item = arrays.itemsize(xt)
-        stats.bytes_sent += sum(self.send_counts) * item
-        stats.bytes_received += sum(self.recv_counts) * item
+        stats.bytes_sent += sum(self.send_counts.values()) * item
+        stats.bytes_received += sum(self.recv_counts.values()) * item
 
 
 def redistribute_dtensor(x: Any, dst: Any, check: bool | None) -> Any:

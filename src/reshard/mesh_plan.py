@@ -11,6 +11,7 @@ worked out from its own coordinate, and the totals come from per-rank sums.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from .errors import InvalidArgument
 from .layout import Placement, Replicate, Shard, mesh_region, normalize_dim, shard_sizes, split_sizes
 from .plan import Region as Box
 from .plan import region_numel as box_size
+from .rank_plan import ExchangeGeometry
 
 
 def box_intersect(a: Box, b: Box) -> Box | None:
@@ -267,64 +269,37 @@ class MeshPlan(_Transfers):
     def recvs(self, rank: int) -> list[tuple[int, Box]]:
         return self.exchange.sources(rank, self.missing(rank))
 
+    @functools.cached_property
+    def geometry(self) -> ExchangeGeometry | None:
+        """The per-rank form of the exchange (None with Partial destinations, which take the
+        listed form: their group's first rank receives what none of the group holds)."""
+        if self.owned_dims:
+            return None
+        return ExchangeGeometry(self.shape, self.mid, self.exchange.dst, self.mesh_shape, self.exchange.rule)
+
+    def rank_exchange(self, rank: int) -> tuple[list[tuple[int, Box]], list[tuple[int, Box]]]:
+        """(sends, receives) of ``rank`` as (peer, box) lists, ascending by peer: from its own
+        coordinate alone, except with Partial destinations (every rank's boxes are listed)."""
+        if self.geometry is not None:
+            mine = self.geometry.for_rank(rank)
+            return mine.sends(), mine.recvs()
+        return self.sends(rank), self.recvs(rank)
+
+    def moves(self) -> bool:
+        """Whether the exchange moves anything on any rank (every rank takes the same steps)."""
+        if self.geometry is not None:
+            return self.geometry.moves()
+        return any(self.recvs(q) for q in range(self.size))
+
 
 
 def exchange_totals(global_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
                     mesh_shape: Sequence[int]) -> tuple[list[int], list[int]]:
     """Elements each rank sends and receives in the ``BoxExchange`` of a Shard/Replicate change,
-    without listing a single pair: a rank receives what it needs and does not hold; the holder
-    aligned with it sends, so a rank sends each element it holds to every rank that needs it and
-    shares its coordinates where the source replicates (fast for 65,536 ranks)."""
+    without listing a single pair (``ExchangeGeometry.totals``: vectorised over the ranks)."""
     ex = BoxExchange(global_shape, src, dst, mesh_shape)
-    shape, n_mesh = ex.shape, len(ex.mesh_shape)
-    rep_src = [isinstance(p, Replicate) for p in ex.src]
-    rep_dst = [isinstance(p, Replicate) for p in ex.dst]
-    fan_out = 1  # destinations per element, over the mesh dims the source shards and the destination replicates
-    for m in range(n_mesh):
-        if not rep_src[m] and rep_dst[m]:
-            fan_out *= ex.mesh_shape[m]
-    constrained = [m for m in range(n_mesh) if rep_src[m] and not rep_dst[m]]
-    dst_pieces = [_pieces(n, ex.dst, d, ex.mesh_shape) for d, n in enumerate(shape)]
-    prefix: dict[tuple, list[int]] = {}
-
-    def matching(d: int, lo: int, hi: int, coord: tuple[int, ...]) -> int:
-        """Positions of [lo, hi) on tensor dim d whose destination piece sits at ``coord`` on
-        the constrained mesh dims that cut d."""
-        pieces = dst_pieces[d]
-        keys = [k for k, m in enumerate(pieces.mesh_dims) if m in constrained]
-        if not keys:
-            return hi - lo
-        want = tuple(coord[pieces.mesh_dims[k]] for k in keys)
-        ok = prefix.get((d, want))
-        if ok is None:
-            ok, acc = [0], 0
-            for start, stop, cs in zip(pieces.starts, pieces.stops, pieces.coords):
-                acc += (stop - start) if tuple(cs[k] for k in keys) == want else 0
-                ok.append(acc)
-            prefix[(d, want)] = ok
-
-        def upto(x: int) -> int:  # matching positions below x
-            i = bisect.bisect_right(pieces.starts, x) - 1
-            if i < 0:
-                return 0
-            start, stop, cs = pieces.starts[i], pieces.stops[i], pieces.coords[i]
-            inside = min(x, stop) - start if tuple(cs[k] for k in keys) == want else 0
-            return ok[i] + max(0, inside)
-
-        return upto(hi) - upto(lo)
-
-    sent, received = [0] * ex.size, [0] * ex.size
-    for r in range(ex.size):
-        coord = ex.coord(r)
-        held, need = ex.held(r), ex.needed(r)
-        own = box_intersect(held, need)
-        kept = box_size(own) if own is not None else 0
-        received[r] = box_size(need) - kept
-        reach = 1
-        for d, (lo, hi) in enumerate(held):
-            reach *= matching(d, lo, hi, coord) if hi > lo else 0
-        sent[r] = fan_out * reach - kept
-    return sent, received
+    sent, received = ExchangeGeometry(ex.shape, ex.src, ex.dst, ex.mesh_shape).totals()
+    return sent.tolist(), received.tolist()
 
 
 ENUMERATE_MAX_RANKS = 4096  # Partial destinations are summed up rank by rank below this

@@ -7,8 +7,9 @@ size. The regions are global ``[start, stop)`` per dim; the op layer follows the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import InvalidArgument
 from .layout import (
@@ -71,16 +72,44 @@ class Step:
     Shard(``dim``) of a replicated tensor), ``to_partial`` (a full tensor as Partial(``op``))
     or ``embed`` (this rank's Shard(``dim``) placed in a tensor of the global shape, the rest
     the identity of ``op``).
+
+    What moves is asked per pair: ``region(s, d)`` is what rank ``s`` sends rank ``d`` (None:
+    nothing), so a rank lists its own transfers in O(ranks) (``for_rank``) and nothing at run
+    time lists every pair; ``transfers`` lists them all, for small plans and pictures.
     """
 
     collective: str
-    transfers: tuple[Transfer, ...]
+    region: Callable[[int, int], Region | None] = field(compare=False, repr=False)
+    size: int = 1
+    itemsize: int = 1
     sums_values: bool = False
     split_dim: int | None = None
     concat_dim: int | None = None
     dim: int | None = None
     op: str | None = None
     action: str | None = None
+    keep_empty: bool = True  # list pairs that move nothing (a rank's own part always is)
+
+    def _transfer(self, s: int, d: int) -> Transfer | None:
+        reg = self.region(s, d)
+        if reg is None:
+            return None
+        t = Transfer(s, d, reg, region_numel(reg) * self.itemsize)
+        return t if self.keep_empty or t.nbytes or s == d else None
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        pairs = ((r, r) for r in range(self.size)) if self.collective == "local" else (
+            (s, d) for s in range(self.size) for d in range(self.size))
+        return tuple(t for t in (self._transfer(s, d) for s, d in pairs) if t is not None)
+
+    def for_rank(self, rank: int) -> tuple[list[Transfer], list[Transfer]]:
+        """(what ``rank`` sends, what it receives) in this step, its own part excluded."""
+        if self.collective == "local":
+            return [], []
+        sends = [t for t in (self._transfer(rank, d) for d in range(self.size) if d != rank) if t is not None]
+        recvs = [t for t in (self._transfer(s, rank) for s in range(self.size) if s != rank) if t is not None]
+        return sends, recvs
 
     @property
     def participants(self) -> tuple[int, ...]:
@@ -193,56 +222,58 @@ def make_plan(
     dst_p = _normalize(parse_placement(dst), len(shape), "dst")
     item = itemsize if itemsize is not None else ITEMSIZE[dtype]
     plan = Plan(shape, src_p, dst_p, size, dtype, "none", itemsize_override=itemsize)
-    ranks = range(size)
 
     def region(p: Placement, r: int) -> Region:
         return local_region(shape, p, r, size)
 
-    def transfer(s: int, d: int, reg: Region) -> Transfer:
-        return Transfer(s, d, reg, region_numel(reg) * item)
+    def step(collective: str, pair: Callable[[int, int], Region | None], **kw: Any) -> Step:
+        return Step(collective, pair, size, item, **kw)
 
     if src_p == dst_p:
         return plan
     if isinstance(src_p, Shard) and isinstance(dst_p, Shard):
         plan.collective = "all_to_all"
-        moves = [transfer(s, d, intersect(region(src_p, s), region(dst_p, d))) for s in ranks for d in ranks]
-        plan.steps.append(Step("all_to_all", tuple(t for t in moves if t.nbytes or t.src == t.dst),
-                                split_dim=dst_p.dim, concat_dim=src_p.dim))
+        plan.steps.append(step("all_to_all", lambda s, d: intersect(region(src_p, s), region(dst_p, d)),
+                               split_dim=dst_p.dim, concat_dim=src_p.dim, keep_empty=False))
         in_shape = [b - a for a, b in region(src_p, 0)]
         out_shape = [b - a for a, b in region(dst_p, 0)]
         plan.pack_copies = 0 if leading_trivial(in_shape, dst_p.dim) else 1
         plan.unpack_copies = 0 if leading_trivial(out_shape, src_p.dim) else 1
     elif isinstance(src_p, Shard) and isinstance(dst_p, Replicate):
         plan.collective = "all_gather"
-        plan.steps.append(Step("all_gather", tuple(transfer(s, d, region(src_p, s)) for s in ranks for d in ranks),
-                                dim=src_p.dim))
+        plan.steps.append(step("all_gather", lambda s, d: region(src_p, s), dim=src_p.dim))
         plan.unpack_copies = 0 if leading_trivial(shape, src_p.dim) else 1
     elif isinstance(src_p, Partial) and isinstance(dst_p, Shard):
         plan.collective = "reduce_scatter"
-        plan.steps.append(
-            Step("reduce_scatter", tuple(transfer(s, d, region(dst_p, d)) for s in ranks for d in ranks), True,
-                 dim=dst_p.dim, op=src_p.op)
-        )
+        plan.steps.append(step("reduce_scatter", lambda s, d: region(dst_p, d), sums_values=True, dim=dst_p.dim,
+                               op=src_p.op))
         plan.pack_copies = 0 if leading_trivial(shape, dst_p.dim) else 1
     elif isinstance(src_p, Partial):
         plan.collective = "all_reduce"
-        flat = (0, region_numel(tuple((0, s) for s in shape)))
-        pieces = [(a, a + n) for a, n in zip(offsets(shard_sizes(flat[1], size)), shard_sizes(flat[1], size))]
-        plan.steps.append(Step("reduce_scatter", tuple(transfer(s, d, (pieces[d],)) for s in ranks for d in ranks), True,
-                               op=src_p.op))
-        plan.steps.append(Step("all_gather", tuple(transfer(s, d, (pieces[s],)) for s in ranks for d in ranks)))
+        total = region_numel(tuple((0, s) for s in shape))
+        sizes = shard_sizes(total, size)
+        starts = offsets(sizes)
+
+        def piece(r: int) -> Region:
+            return ((starts[r], starts[r] + sizes[r]),)
+
+        plan.steps.append(step("reduce_scatter", lambda s, d: piece(d), sums_values=True, op=src_p.op))
+        plan.steps.append(step("all_gather", lambda s, d: piece(s)))
         if isinstance(dst_p, Partial):  # reduced, then held again as a partial sum of dst's op
             whole = tuple((0, n) for n in shape)
-            plan.steps.append(Step("local", tuple(transfer(r, r, whole) for r in ranks), action="to_partial", op=dst_p.op))
+            plan.steps.append(step("local", lambda s, d: whole, action="to_partial", op=dst_p.op))
     else:  # Replicate -> Shard / Partial, Shard -> Partial: each rank keeps what it needs
         plan.collective = "local"
-        keep = tuple(transfer(r, r, intersect(region(src_p, r), region(dst_p, r))) for r in ranks)
+
+        def keep(s: int, d: int) -> Region:
+            return intersect(region(src_p, s), region(dst_p, s))
+
         if isinstance(dst_p, Shard):
-            plan.steps.append(Step("local", keep, action="slice", dim=dst_p.dim))
+            plan.steps.append(step("local", keep, action="slice", dim=dst_p.dim))
         elif isinstance(src_p, Replicate):
-            plan.steps.append(Step("local", keep, action="to_partial", op=dst_p.op))
+            plan.steps.append(step("local", keep, action="to_partial", op=dst_p.op))
         else:
-            plan.steps.append(Step("local", keep, action="embed", dim=src_p.dim, op=dst_p.op))
+            plan.steps.append(step("local", keep, action="embed", dim=src_p.dim, op=dst_p.op))
     return plan
 
 

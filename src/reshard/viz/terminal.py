@@ -221,3 +221,27 @@ def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape
     sent = max(m[0] for m in moved)
     received = max(m[1] for m in moved)
     console.print(say("demo.moved_mesh", lang, sent=human_bytes(sent), received=human_bytes(received)))
+
+
+def render_rank_plan(console: Any, report: dict) -> None:
+    """One rank's part of a plan: each step with its peers and bytes, then the totals."""
+    where = (f"the {'x'.join(map(str, report['mesh']))} mesh (at {tuple(report['coord'])})" if "mesh" in report
+             else f"a world of {report['ranks']} ranks")
+    src = ", ".join(report["src"]) if isinstance(report["src"], list) else report["src"]
+    dst = ", ".join(report["dst"]) if isinstance(report["dst"], list) else report["dst"]
+    console.print(f"Rank {report['rank']} of {where}: {src} -> {dst}, "
+                  f"{' x '.join(map(str, report['global_shape']))} {report['dtype']}")
+    if not report["steps"]:
+        console.print("  nothing to do: this layout change moves nothing")
+    for k, step in enumerate(report["steps"], 1):
+        what = step.get("action", "")
+        console.print(f"  step {k}: {step['collective']} over {step['over']}{': ' + what if what else ''}; "
+                      f"sends {human_bytes(step['sent_bytes'])} to {len(step['sends_to'])} peers, receives "
+                      f"{human_bytes(step['received_bytes'])} from {len(step['receives_from'])}")
+        for side, verb in (("sends", "to"), ("receives", "from")):
+            for row in step.get(side, [])[:8]:
+                region = f" {describe_region(tuple(map(tuple, row['region'])))}" if row["region"] else ""
+                console.print(f"    {'send' if side == 'sends' else 'receive'}{region} {verb} rank {row['peer']} "
+                              f"({human_bytes(row['bytes'])})")
+    console.print(f"In all: {human_bytes(report['sent_bytes'])} sent, {human_bytes(report['received_bytes'])} "
+                  f"received, {len(report['peers'])} peers; planned in {report['plan_seconds'] * 1e3:.2f} ms")
