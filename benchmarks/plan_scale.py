@@ -4,8 +4,8 @@ absolute times on this machine (median of repeats) and tracemalloc's peak for on
 
     python benchmarks/plan_scale.py [--repeats 7] [--json FILE]
 
-Beside them, the cost of listing a transfer for every pair of ranks (what a world's plan did
-at run time on every rank before it named its transfers per pair on demand).
+Beside them, what listing a transfer for every pair of ranks would cost each rank instead (a
+quadratic plan), against the plan a rank makes at run time.
 """
 
 from __future__ import annotations
@@ -60,21 +60,20 @@ def main() -> None:
         rows.append({"case": f"totals without --rank, {n:,} ranks", "plan_ms_median": (time.perf_counter() - started) * 1e3,
                      "limit_ms": 1000.0})
     for n in (256, 512, 1_024):
+        started = time.perf_counter()
         plan = make_plan((n * 3 + 5, n * 2 + 7), "row", "col", n)
+        made = time.perf_counter() - started
         started = time.perf_counter()
         listed = len(plan.steps[0].transfers)
         every_pair = time.perf_counter() - started
-        started = time.perf_counter()
-        plan.steps[0].for_rank(n // 2)
-        own = time.perf_counter() - started
-        rows.append({"case": f"world of {n:,}: every pair listed ({listed:,}) vs one rank's", "plan_ms_median": own * 1e3,
-                     "every_pair_ms": every_pair * 1e3})
+        rows.append({"case": f"world of {n:,}: make_plan as a rank runs it", "plan_ms_median": made * 1e3,
+                     "every_pair_ms": every_pair * 1e3, "pairs": listed})
     for row in rows:
         limits = [f"{row['plan_ms_median']:9.2f} ms" + (f" (limit {row['limit_ms']:g})" if "limit_ms" in row else "")]
         if "peak_mb" in row:
             limits.append(f"{row['peak_mb']:.1f} MB (limit {row['limit_mb']:g})")
         if "every_pair_ms" in row:
-            limits.append(f"every pair {row['every_pair_ms']:.0f} ms")
+            limits.append(f"listing all {row['pairs']:,} pairs instead: {row['every_pair_ms']:.0f} ms")
         print(f"{row['case']:<58} " + ", ".join(limits))
     if args.json:
         with open(args.json, "w") as f:

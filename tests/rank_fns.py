@@ -473,3 +473,22 @@ def mesh_bad_input(comm, case):
     except rs.ReshardError as exc:
         return type(exc).__name__
     return "returned"
+
+
+def grad_input_all_to_all(comm):
+    """all_to_all of a tensor that requires grad: (input unchanged, still requires grad with no
+    grad yet, result on the tape, result equal to numpy's answer, input's grad after backward)."""
+    import torch
+
+    x = (torch.arange(18, dtype=torch.float32).reshape(6, 3) + 100 * comm.rank).requires_grad_()
+    before = x.detach().clone()
+    out = rs.all_to_all(x, split_dim=1, concat_dim=0)
+    # rank r receives column r of every rank's x, stacked in rank order
+    want = np.concatenate([(np.arange(18, dtype=np.float32).reshape(6, 3) + 100 * i)[:, comm.rank:comm.rank + 1]
+                           for i in range(comm.size)])
+    untouched = bool(torch.equal(x.detach(), before)) and x.requires_grad and x.grad is None
+    on_tape, right = out.requires_grad, bool(np.array_equal(out.detach().numpy(), want))
+    (out * (comm.rank + 1)).sum().backward()
+    # column j of x went to rank j, whose loss weighs it by j + 1
+    grad_right = bool(np.array_equal(x.grad.numpy(), np.tile(np.arange(1, 4, dtype=np.float32), (6, 1))))
+    return untouched, on_tape, right, grad_right

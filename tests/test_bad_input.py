@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 import reshard as rs
-from rank_fns import call_op
+from rank_fns import call_op, grad_input_all_to_all
 
 N = 3
 NEEDS_MPI = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="mpi4py is not installed")
@@ -109,5 +109,8 @@ def _mixed(comm, one, others):
 
 
 def test_requires_grad_input_is_accepted_and_untouched():
-    results = rs.spawn(call_op, N, args=("all_to_all", a2a(x=("tensor", (6, 3), "float32", "grad"))), timeout=60)
-    assert [r[0] for r in results] == ["ok"] * N
+    results = rs.spawn(grad_input_all_to_all, N, timeout=60)
+    for rank, (untouched, on_tape, right, grad_right) in enumerate(results):
+        assert untouched, f"rank {rank}: the input changed, or lost requires_grad, or got a grad"
+        assert on_tape and right, f"rank {rank}: the result is off the tape or wrong"
+        assert grad_right, f"rank {rank}: the input's gradient is wrong"

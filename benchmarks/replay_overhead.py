@@ -1,0 +1,91 @@
+"""What a replayed redistribute costs beyond the engine's own all-to-all, on MPI.
+
+    python benchmarks/replay_overhead.py [--ranks 2] [--bytes 65536] [--repeats 40]
+
+S(0) -> S(1) of a float32 matrix with ``--bytes`` per rank, check off, replayed; beside it
+mpi4py's bare ``Alltoall`` on the same bytes already packed into a buffer. Each sample is 20
+calls back to back between barriers, the slowest rank's time; the figure is the median of
+``--repeats`` samples, per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import reshard as rs
+
+CALLS = 20
+
+
+def timed(comm, fn) -> float:
+    """Seconds per call of ``fn`` over CALLS calls, the slowest rank's."""
+    comm.barrier()
+    started = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    mine = np.array([time.perf_counter() - started])
+    slowest = np.empty(1)
+    from mpi4py import MPI
+
+    comm.mpi_comm.Allreduce(mine, slowest, op=MPI.MAX)
+    return float(slowest[0]) / CALLS
+
+
+def job(comm, nbytes: int, repeats: int, form: str) -> dict:
+    from reshard.engines import mpi_forms
+
+    if form != "auto":  # pin the form reshard would choose by size, to compare the two
+        mpi_forms.TYPED_MIN_BYTES, mpi_forms.TYPED_MAX_BYTES = (0, 1 << 62) if form == "typed" else (1 << 62, 0)
+    n = comm.size
+    cols = 64 * n
+    rows = max(1, nbytes // 4 // cols)
+    x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols) + comm.rank
+    packed = np.ascontiguousarray(x.reshape(rows, n, cols // n).transpose(1, 0, 2)).reshape(-1)
+    recv = np.empty_like(packed)
+
+    gshape = (rows * n, cols)
+
+    def ours():
+        rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=gshape, check=False)
+
+    def ours_learning_shapes():  # no global_shape: each call learns the peers' lengths (one small round)
+        rs.redistribute(x, rs.Shard(0), rs.Shard(1), check=False)
+
+    def bare():
+        comm.mpi_comm.Alltoall(packed, recv)
+
+    methods = {"reshard": ours, "reshard, shapes learned": ours_learning_shapes, "bare": bare}
+    for fn in methods.values():  # warm: the plan is made and kept, buffers are touched
+        for _ in range(3):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in methods}
+    for _ in range(repeats):  # interleaved, so drift hits every method alike
+        for name, fn in methods.items():
+            samples[name].append(timed(comm, fn))
+    return {k: statistics.median(v) for k, v in samples.items()} | {"bytes": x.nbytes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--bytes", type=int, default=64 << 10)
+    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--form", choices=("auto", "typed", "bytes"), default="auto",
+                        help="MPI's datatype form, its byte form, or the one chosen by size (default)")
+    args = parser.parse_args()
+    result = rs.spawn(job, args.ranks, engine="mpi", args=(args.bytes, args.repeats, args.form), timeout=600)[0]
+    bare = result["bare"] * 1e6
+    print(f"{args.ranks} MPI ranks, {result['bytes']:,} B per rank, check off, {args.form} form, per call (median of {args.repeats}):")
+    print(f"  {'bare Alltoall, packed':<40} {bare:8.1f} us")
+    for name, what in (("reshard", "reshard replay, global_shape given"),
+                       ("reshard, shapes learned", "reshard replay, shapes learned")):
+        ours = result[name] * 1e6
+        print(f"  {what:<40} {ours:8.1f} us   {ours - bare:+8.1f} us")
+
+
+if __name__ == "__main__":
+    main()
