@@ -20,7 +20,7 @@ LAYERS = [
     ["mesh_plan"],
     ["rank_view"],
     ["stats", "activity"],
-    ["buffers", "agreement"],
+    ["buffers", "agreement", "replay_cache"],
     ["pieces"],
     ["engines.base", "engines.available"],
     ["engines.gloo_pairwise", "engines.mpi_forms", "engines.shm"],

@@ -40,8 +40,6 @@ Array = Any  # torch.Tensor or numpy.ndarray
 MISS = object()
 _DIGEST_BITS = 47  # a vote: the op's 16-bit code, then the digest of the plan's records
 _DIGEST_MASK = (1 << _DIGEST_BITS) - 1
-_PLANS_MAX = 256  # signatures kept per communicator; a long run over many shapes starts over
-_PLANS_BYTES = 64 << 20  # and at most this much of kept records (N records of ~N ints each)
 
 
 @dataclass
@@ -203,9 +201,6 @@ class Call:
         ``ahead(call, x)``, if given, is ``run``'s local work, whose result ``run`` takes as ``sent``."""
         if self.key is None:
             return
-        plans = self.comm.replay_cache
-        if len(plans) >= max(4, min(_PLANS_MAX, _PLANS_BYTES // max(1, len(self.gathered_raw or b"")))):
-            plans.clear()
         x = self.x
         detach = is_torch(x) and self.key[-1]  # requires_grad
         # A replay exchanges records again only when the check is on or the peers' shapes are needed.
@@ -213,7 +208,8 @@ class Call:
         digest = 0
         if gathered is not None:
             digest = int.from_bytes(hashlib.blake2b(gathered, digest_size=8).digest(), "little") & _DIGEST_MASK or 1
-        plans[self.key] = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, ahead)
+        cached = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, ahead)
+        self.comm.replay_cache.put(self.key, cached, len(self.gathered_raw or b""))
 
     @contextlib.contextmanager
     def validating(self) -> Iterator[None]:

@@ -11,6 +11,7 @@ from . import settings
 from .buffers import release_buffers
 from .engines.available import ENGINES, default_engine, missing_for
 from .errors import InvalidArgument, MissingDependency, ReshardError
+from .replay_cache import ReplayCache
 
 DEFAULT_TIMEOUT: float = settings.BY_NAME["RESHARD_TIMEOUT"].default
 
@@ -31,7 +32,7 @@ class Comm:
         self.engine: str = transport.name
         self.check: bool = check
         self.timeout: float = timeout
-        self.replay_cache: dict = {}  # call signature -> what its first call worked out (call.py)
+        self.replay_cache = ReplayCache()  # call signature -> what its first call worked out (call.py)
         self.activity: Any = None  # an activity.Activity where rs.spawn watches this rank
         self.children: list[Comm] = []  # communicators made from this one (mesh dims), closed with it
 

@@ -186,6 +186,24 @@ def _from_torch(p: Any) -> Any:
     return p
 
 
+
+def unravel(rank: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """``rank``'s coordinate on a row-major mesh of ``shape`` (as ``np.unravel_index``)."""
+    coord = []
+    for size in reversed(shape):
+        rank, c = divmod(rank, int(size))
+        coord.append(c)
+    return tuple(reversed(coord))
+
+
+def ravel(coord: Sequence[int], shape: Sequence[int]) -> int:
+    """The rank at ``coord`` of a row-major mesh of ``shape`` (as ``np.ravel_multi_index``)."""
+    rank = 0
+    for c, size in zip(coord, shape):
+        rank = rank * int(size) + int(c)
+    return rank
+
+
 def mesh_region(global_shape: Sequence[int], placements: Sequence[Placement], coord: Sequence[int],
                 mesh_shape: Sequence[int], rule: str = "balanced") -> tuple[tuple[int, int], ...]:
     """Per dim ``[start, stop)`` of what the rank at ``coord`` of a mesh holds.

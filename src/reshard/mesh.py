@@ -12,23 +12,9 @@ from typing import Any
 
 from .comm import Comm, current
 from .errors import InvalidArgument
-from .layout import check_int
+from .layout import check_int, ravel, unravel
 
-
-def unravel(rank: int, shape: Sequence[int]) -> tuple[int, ...]:
-    """``rank``'s coordinate on a row-major mesh of ``shape`` (as ``np.unravel_index``)."""
-    coord = []
-    for size in reversed(shape):
-        rank, c = divmod(rank, size)
-        coord.append(c)
-    return tuple(reversed(coord))
-
-
-def ravel(coord: Sequence[int], shape: Sequence[int]) -> int:
-    rank = 0
-    for c, size in zip(coord, shape):
-        rank = rank * size + c
-    return rank
+__all__ = ["Mesh", "ravel", "unravel"]
 
 
 class Mesh:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import InvalidArgument
-from .layout import Placement, Replicate, Shard, mesh_region, normalize_dim, shard_sizes, split_sizes
+from .layout import Placement, Replicate, Shard, mesh_region, normalize_dim, ravel, shard_sizes, split_sizes, unravel
 from .plan import Region as Box
 from .plan import region_numel as box_size
 from .rank_plan import ExchangeGeometry
@@ -120,17 +120,10 @@ class BoxExchange(_Transfers):
             self.size *= s
 
     def coord(self, rank: int) -> tuple[int, ...]:
-        out = []
-        for s in reversed(self.mesh_shape):
-            rank, c = divmod(rank, s)
-            out.append(c)
-        return tuple(reversed(out))
+        return unravel(rank, self.mesh_shape)
 
     def rank(self, coord: Sequence[int]) -> int:
-        r = 0
-        for c, s in zip(coord, self.mesh_shape):
-            r = r * s + c
-        return r
+        return ravel(coord, self.mesh_shape)
 
     def held(self, rank: int) -> Box:
         return mesh_region(self.shape, self.src, self.coord(rank), self.mesh_shape, self.rule)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .layout import Placement, Shard
+from .layout import Placement, Shard, unravel
 
 
 @dataclass(frozen=True)
@@ -127,11 +127,7 @@ class ExchangeGeometry:
         self.dst_sharded = {m for p in self.dst_pieces for m in p.mesh_dims}
 
     def coord(self, rank: int) -> tuple[int, ...]:
-        out = []
-        for s in reversed(self.mesh_shape):
-            rank, c = divmod(rank, s)
-            out.append(c)
-        return tuple(reversed(out))
+        return unravel(rank, self.mesh_shape)
 
     def _box(self, pieces: list[PieceArrays], coord: Sequence[int]) -> tuple[tuple[int, int], ...]:
         out = []

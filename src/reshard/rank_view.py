@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .layout import Placement, Replicate, mesh_region, shard_sizes
+from .layout import Placement, Replicate, mesh_region, shard_sizes, unravel
 from .mesh_plan import MeshPlan
 from .plan import ITEMSIZE, make_plan
 from .rank_plan import ExchangeGeometry
@@ -156,11 +156,7 @@ def rank_report(shape: Sequence[int], src: Any, dst: Any, rank: int, dtype: str 
         size = 1
         for s in mesh:
             size *= s
-        coord, r = [], rank
-        for s in reversed(mesh):
-            r, c = divmod(r, s)
-            coord.append(c)
-        where = {"mesh": list(mesh), "ranks": size, "coord": list(reversed(coord))}
+        where = {"mesh": list(mesh), "ranks": size, "coord": list(unravel(rank, mesh))}
     seconds = time.perf_counter() - started
     steps = [describe() for describe in steps]
     peers = sorted({p for st in steps for p in (*st["sends_to"], *st["receives_from"])})

@@ -1,0 +1,33 @@
+"""The plans a communicator keeps for replay: call signature -> what that call's first run
+worked out (``call.CachedRun``). Bounded in count and in the bytes of the records kept, so a
+long run over many shapes starts over instead of growing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PLANS_MAX = 256  # signatures kept per communicator
+PLANS_BYTES = 64 << 20  # records kept (N records of about N ints each per plan)
+
+
+class ReplayCache:
+    """A bounded mapping of call signatures to their plans, owned by one communicator."""
+
+    def __init__(self, max_plans: int = PLANS_MAX, max_bytes: int = PLANS_BYTES) -> None:
+        self.max_plans, self.max_bytes = max_plans, max_bytes
+        self._plans: dict[tuple, Any] = {}
+
+    def get(self, key: tuple) -> Any:
+        return self._plans.get(key)
+
+    def put(self, key: tuple, plan: Any, record_bytes: int) -> None:
+        """Keep ``plan``; when full (in count, or in records of ``record_bytes`` each), start over."""
+        if len(self._plans) >= max(4, min(self.max_plans, self.max_bytes // max(1, record_bytes))):
+            self._plans.clear()
+        self._plans[key] = plan
+
+    def clear(self) -> None:
+        self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)
