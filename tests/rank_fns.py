@@ -492,3 +492,27 @@ def grad_input_all_to_all(comm):
     # column j of x went to rank j, whose loss weighs it by j + 1
     grad_right = bool(np.array_equal(x.grad.numpy(), np.tile(np.arange(1, 4, dtype=np.float32), (6, 1))))
     return untouched, on_tape, right, grad_right
+
+
+def executed_and_planned(comm, shape, pairs, mesh_shape=None):
+    """For each (src, dst): the steps this rank ran (collective, bytes sent, bytes received)
+    and the steps ``reshard plan --rank`` gives it, on the world or on a mesh."""
+    from reshard.rank_view import rank_report
+
+    mesh = rs.Mesh(mesh_shape, comm=comm) if mesh_shape else None
+    full = pattern(shape, "float32")
+    out = []
+    for src, dst in pairs:
+        if mesh is None:
+            s_pl, d_pl = rs.parse_placement(src), rs.parse_placement(dst)
+            x = np.ascontiguousarray(rs.local_shard(full, s_pl, comm.rank, comm.size))
+            rs.redistribute(x, s_pl, d_pl)
+            planned = rank_report(shape, s_pl, d_pl, comm.rank, ranks=comm.size)
+        else:
+            s_pl, d_pl = rs.parse_placements(src), rs.parse_placements(dst)
+            x = np.ascontiguousarray(rs.local_shard(full, s_pl, mesh.coord, mesh_shape))
+            rs.redistribute(x, s_pl, d_pl, mesh=mesh)
+            planned = rank_report(shape, s_pl, d_pl, comm.rank, mesh=mesh_shape)
+        ran = [(s.collective, s.bytes_sent, s.bytes_received) for s in rs.last_exchange().steps]
+        out.append((src, dst, ran, [(s["collective"], s["sent_bytes"], s["received_bytes"]) for s in planned["steps"]]))
+    return out

@@ -10,9 +10,12 @@ import json
 import subprocess
 import sys
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rank_fns
+import reshard as rs
 from reshard.layout import Replicate, Shard, local_region, mesh_region, shard_sizes
 from reshard.mesh_plan import BoxExchange
 from reshard.rank_plan import ExchangeGeometry
@@ -125,3 +128,20 @@ def test_plan_rank_on_the_command_line():
     assert "send rows 0-1, cols 2-3 to rank 1" in text and "2 peers" in text
     refused = _plan("--shape", "6x6", "--ranks", "3", "--rank", "3")
     assert refused.returncode == 2 and "--rank 3 is outside the 3 ranks" in refused.stderr
+
+
+WORLD = ["S(0)", "S(1)", "R", "P(sum)", "P(max)"]
+MESH = ["S(0),S(1)", "S(1),S(0)", "S(0),R", "R,S(1)", "R,R", "P(sum),S(1)", "S(0),P(sum)", "S(0),S(0)", "P(sum),P(sum)"]
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+@pytest.mark.parametrize("where", [3, 4, (2, 2)], ids=["world-3", "world-4", "mesh-2x2"])
+def test_each_rank_runs_the_steps_its_own_plan_gives(where, engine):
+    mesh = where if isinstance(where, tuple) else None
+    names = MESH if mesh else WORLD
+    pairs = [(a, b) for a in names for b in names]
+    size = 4 if mesh else where
+    results = rs.spawn(rank_fns.executed_and_planned, size, engine=engine, args=((7, 5), pairs, mesh), timeout=300)
+    for rank, per_pair in enumerate(results):
+        for src, dst, ran, planned in per_pair:
+            assert ran == planned, f"rank {rank}: {src} -> {dst}: ran {ran}, but its plan says {planned}"

@@ -68,6 +68,14 @@ def _group_reduction(collective: str, over: str, group: Sequence[int], me: int, 
     return [scatter] if collective == "reduce_scatter" else [scatter, gather]
 
 
+def _joined(collective: str, over: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Steps that run as one (a mesh dim's all-reduce: its reduce_scatter and all_gather)."""
+    return {"collective": collective, "over": over, "sums_values": True,
+            "sent_bytes": sum(p["sent_bytes"] for p in parts), "received_bytes": sum(p["received_bytes"] for p in parts),
+            "sends_to": sorted({q for p in parts for q in p["sends_to"]}),
+            "receives_from": sorted({q for p in parts for q in p["receives_from"]})}
+
+
 def world_steps(shape: Sequence[int], src: Placement, dst: Placement, size: int, rank: int,
                 item: int) -> list[Callable[[], dict]]:
     """The steps a world's ``redistribute`` runs, as ``rank`` takes part in them (each planned,
@@ -117,17 +125,15 @@ def mesh_steps(shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Pla
             steps += _group_reduction("reduce_scatter", f"mesh dim {m}", group, rank, [n * rest for n in sizes], item)
             local[red.dim] = sizes[coord[m]]
         else:
-            steps += _group_reduction("all_reduce", f"mesh dim {m}", group, rank, shard_sizes(total, k), item)
+            halves = _group_reduction("all_reduce", f"mesh dim {m}", group, rank, shard_sizes(total, k), item)
+            steps.append(lambda halves=halves, m=m: _joined("all_reduce", f"mesh dim {m}", [h() for h in halves]))
     if plan.moves():
         if plan.geometry is not None:
             steps.append(_exchange(plan.geometry, rank, item, "all_to_all", "the whole mesh"))
         else:
             sends, recvs = plan.rank_exchange(rank)
             steps.append(lambda: _step("all_to_all", "the whole mesh", _rows(sends, item), _rows(recvs, item), False))
-    if plan.fill_op is not None:
-        action = f"fill with {plan.fill_op}'s identity"
-        steps.append(lambda: _step("local", "this rank", [], [], False) | {"action": action})
-    return steps
+    return steps  # a Partial destination's fill with the op's identity is local work, not a step
 
 
 def _rows(pairs: list, item: int) -> list[tuple[int, Any, int]]:
