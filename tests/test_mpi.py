@@ -5,6 +5,7 @@ runs the same cases on every engine."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -168,3 +169,17 @@ def test_more_than_2_31_elements(concat_dim):
     results = rs.spawn(rank_fns.big_int8_exchange, 2, engine="mpi", args=(per_rank, concat_dim), timeout=1200, check=False)
     assert results[0] == (True, 2 * per_rank)
     assert results[1] == (True, 0)
+
+
+def test_a_lone_mpi_process_leaves_no_files(tmp_path):
+    """rs.init() in a process no launcher started runs MPI as a singleton: it works, and Open
+    MPI's session directory (made under TMPDIR) is gone when the process ends."""
+    work = tmp_path / "tmp"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "PRTE_"))} | {"TMPDIR": str(work)}
+    code = ("import numpy as np, reshard as rs; c = rs.init(engine='mpi'); "
+            "print(c.engine, c.size, rs.redistribute(np.ones((2, 3)), rs.Shard(0), rs.Shard(1)).shape)")
+    run = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["mpi", "1", "(2,", "3)"]
+    assert sorted(p.name for p in work.iterdir()) == [], "files left under TMPDIR"

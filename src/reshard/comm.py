@@ -116,6 +116,30 @@ def launcher_env() -> tuple[str, int, int] | None:
     return None
 
 
+def _mpi(timeout: float) -> Any:
+    from .engines.mpi_engine import init_mpi  # importing mpi4py's MPI may start MPI itself
+
+    return init_mpi(timeout)
+
+
+def _lone_mpi(timeout: float) -> Any:
+    """MPI as a singleton (a process no launcher started). Open MPI makes its session directory
+    under TMPDIR and leaves part of it behind, so it gets a private one, removed at exit."""
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="reshard-solo-")
+    atexit.register(shutil.rmtree, tmp, True)
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = tmp
+    try:
+        return _mpi(timeout)
+    finally:
+        if before is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = before
+
+
 def init(engine: str | None = None, timeout: float | None = None, check: bool = True) -> Comm:
     """Join the job this process was started in and return its communicator.
 
@@ -139,9 +163,7 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
     if missing is not None:
         raise MissingDependency(missing)
     if wanted == "mpi":
-        from .engines.mpi_engine import init_mpi
-
-        transport = init_mpi(timeout)
+        transport = _lone_mpi(timeout) if found is None else _mpi(timeout)
     else:
         from .engines.torch_engine import init_torch
 
