@@ -114,10 +114,14 @@ class BoxExchange(_Transfers):
         for name, layout in (("src", self.src), ("dst", self.dst)):
             if not all(isinstance(p, (Shard, Replicate)) for p in layout):
                 raise InvalidArgument(f"{name} {list(layout)}: a box exchange moves Shard and Replicate layouts only")
-        self.src_pieces = [_pieces(n, self.src, d, self.mesh_shape, rule) for d, n in enumerate(self.shape)]
         self.size = 1
         for s in self.mesh_shape:
             self.size *= s
+
+    @functools.cached_property
+    def src_pieces(self) -> list[_Pieces]:
+        """The source's cut of each tensor dim (listed: only the listed path reads it)."""
+        return [_pieces(n, self.src, d, self.mesh_shape, self.rule) for d, n in enumerate(self.shape)]
 
     def coord(self, rank: int) -> tuple[int, ...]:
         return unravel(rank, self.mesh_shape)
@@ -290,8 +294,8 @@ def exchange_totals(global_shape: Sequence[int], src: Sequence[Placement], dst: 
                     mesh_shape: Sequence[int]) -> tuple[list[int], list[int]]:
     """Elements each rank sends and receives in the ``BoxExchange`` of a Shard/Replicate change,
     without listing a single pair (``ExchangeGeometry.totals``: vectorised over the ranks)."""
-    ex = BoxExchange(global_shape, src, dst, mesh_shape)
-    sent, received = ExchangeGeometry(ex.shape, ex.src, ex.dst, ex.mesh_shape).totals()
+    ex = BoxExchange(global_shape, src, dst, mesh_shape)  # checks and normalises the placements
+    sent, received = ExchangeGeometry(ex.shape, ex.src, ex.dst, ex.mesh_shape, ex.rule).totals()
     return sent.tolist(), received.tolist()
 
 
