@@ -229,14 +229,14 @@ def run_cases(comm: rs.Comm, cases: list[dict], passes: int = 2) -> list[Any]:
 def run_cases_one_call(comm: rs.Comm, cases: list[dict]) -> list[Any]:
     """run_cases on gloo with the exchange as one all_to_all_single per op, the path NCCL
     takes, instead of gloo's own point-to-point messages (engines.gloo_pairwise)."""
-    comm.transport.pairwise = False
+    comm.adapter.pairwise = False
     return run_cases(comm, cases)
 
 
 def run_cases_through_shared_memory(comm: rs.Comm, cases: list[dict]) -> list[Any]:
     """run_cases on gloo in ranks started with RESHARD_SHM_MIN_BYTES=0: every message between
     them, however small, goes through shared memory (engines.shm)."""
-    local = comm.transport.local
+    local = comm.adapter.local
     if comm.size > 1:  # every peer reached through shared memory, from the first byte
         want = {q: 0 for q in range(comm.size) if q != comm.rank}
         assert local is not None and local.smallest == want, local and local.smallest

@@ -232,7 +232,7 @@ def pack_bytes_first_call(comm, shape, one_call):
     whether the result was right; ``one_call``: gloo's single all_to_all_single path."""
     import torch
 
-    comm.transport.pairwise = not one_call
+    comm.adapter.pairwise = not one_call
     full = pattern(shape, "float32")
     x = torch.from_numpy(rs.local_shard(full, rs.Shard(0), comm.rank, comm.size))
     out = rs.redistribute(x, rs.Shard(0), rs.Shard(1))
@@ -515,4 +515,49 @@ def executed_and_planned(comm, shape, pairs, mesh_shape=None):
             planned = rank_report(shape, s_pl, d_pl, comm.rank, mesh=mesh_shape)
         ran = [(s.collective, s.bytes_sent, s.bytes_received) for s in rs.last_exchange().steps]
         out.append((src, dst, ran, [(s["collective"], s["sent_bytes"], s["received_bytes"]) for s in planned["steps"]]))
+    return out
+
+
+def every_op_steps(comm, arrays):
+    """Each public collective once, on inputs whose sizes differ per rank: what it returned and
+    the steps it ran (collective, bytes out, bytes in), as ``rs.last_exchange()`` reports them."""
+    n, r = comm.size, comm.rank
+
+    def arr(a):
+        a = np.ascontiguousarray(a)
+        if arrays == "torch":
+            import torch
+
+            return torch.from_numpy(a)
+        return a
+
+    def steps():
+        return [(s.collective, s.bytes_sent, s.bytes_received) for s in rs.last_exchange().steps]
+
+    out = {}
+    x = arr(pattern((n + 2, 3 + r), "float32") + r)
+    y = rs.all_to_all(x, 0, 1)
+    out["all_to_all"] = (np.asarray(y).tolist(), steps())
+    sizes = [(j + 1) % 3 for j in range(n)]
+    x = arr(pattern((sum(sizes), 2), "float32") + 10 * r)
+    y = rs.all_to_all(x, 0, 0, split_sizes=sizes)
+    out["all_to_all split_sizes"] = (np.asarray(y).tolist(), steps())
+    send = [(r + j) % 3 for j in range(n)]
+    x = arr(pattern((sum(send), 4), "float32") + 100 * r)
+    y, got = rs.all_to_all_v(x, send)
+    out["all_to_all_v"] = (np.asarray(y).tolist(), steps())
+    x = arr(pattern((2, r + 1), "float32") + r)
+    out["all_gather"] = (np.asarray(rs.all_gather(x, 1)).tolist(), steps())
+    g = rs.gather(arr(pattern((r, 3), "float32")), 0, dst=n - 1)
+    out["gather"] = (None if g is None else np.asarray(g).tolist(), steps())
+    x = arr(pattern((7, 3), "float32") * (r + 1))
+    out["reduce_scatter"] = (np.asarray(rs.reduce_scatter(x, 0, "max")).tolist(), steps())
+    out["all_reduce"] = (np.asarray(rs.all_reduce(arr(pattern((5, 2), "float32") + r), "sum")).tolist(), steps())
+    tokens = arr(pattern((6, 4), "float32") + r)
+    ids = np.array([[(t + r) % (2 * n), (t * 3 + 1) % (2 * n)] for t in range(6)], dtype=np.int64)
+    inputs, handle = rs.moe.dispatch(tokens, ids, 2 * n)
+    dispatched = steps()
+    back = rs.moe.combine(inputs, handle)
+    out["moe"] = ((np.asarray(inputs).tolist(), np.asarray(back).tolist()), (dispatched, steps()),
+                  (handle.segment_send, handle.segment_recv))
     return out

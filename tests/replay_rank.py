@@ -116,7 +116,7 @@ def types_freed_between_calls(comm):
         got = rs.redistribute(x, rs.Shard(0), rs.Shard(1))
         want = take(full, 1, 4 * r, 4 * r + 4)
         results.append((_same(got, want), rs.last_exchange().replayed))
-        comm.transport.free_types()
+        comm.adapter.free_types()
     return results
 
 

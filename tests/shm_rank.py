@@ -11,7 +11,7 @@ from oracle import pattern
 
 
 def _peers(comm) -> list[int] | None:
-    local = comm.transport.local
+    local = comm.adapter.local
     return None if local is None else sorted(local.peers)
 
 
@@ -51,5 +51,5 @@ def settings_per_rank(comm, env_per_rank, shape):
     x = torch.from_numpy(np.ascontiguousarray(rs.local_shard(full, rs.Shard(0), sub.rank, sub.size)))
     y = rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm=sub)
     ok = np.array_equal(y.numpy(), rs.local_shard(full, rs.Shard(1), sub.rank, sub.size))
-    local = sub.transport.local
+    local = sub.adapter.local
     return _peers(sub), None if local is None else local.smallest, ok

@@ -16,20 +16,21 @@ MAX_LINES = 500
 LAYERS = [
     ["errors", "meta"],
     ["layout", "messages", "settings"],
-    ["plan", "arrays", "rank_plan"],
+    ["plan", "arrays", "rank_plan", "steps"],
     ["mesh_plan"],
+    ["planner"],
     ["rank_view"],
     ["stats", "activity"],
-    ["buffers", "agreement", "replay_cache"],
+    ["buffers", "agreement", "replay_cache", "validate"],
     ["pieces"],
     ["engines.base", "engines.available"],
     ["engines.gloo_pairwise", "engines.mpi_forms", "engines.shm"],
     ["engines.torch_engine", "engines.mpi_engine", "engines"],
     ["comm"],
     ["mesh"],
-    ["call"],
-    ["execute", "autograd"],
-    ["mesh_ops"],
+    ["call", "step_runs", "autograd"],
+    ["execute"],
+    ["relayout"],
     ["ops"],
     ["moe"],
     ["launch.settings", "launch.report", "launch.payload"],
@@ -49,7 +50,7 @@ LAYERS = [
     ["cli"],
     ["__main__", ""],
 ]
-PURE = {"layout", "plan", "rank_plan", "mesh_plan", "rank_view", "errors", "messages", "settings", "stats", "activity"}
+PURE = {"layout", "plan", "rank_plan", "mesh_plan", "steps", "planner", "rank_view", "errors", "messages", "settings", "stats", "activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
 
@@ -149,4 +150,61 @@ def test_the_import_reader_finds_known_imports():
     """The rules above read real imports (an empty reading would pass them all)."""
     assert LAYER_OF["ops"] > LAYER_OF["plan"]
     found = [t for t, _, _ in _imports("ops")]
-    assert "plan" in found and "execute" in found
+    assert "planner" in found and "execute" in found
+
+
+# The engine's data-moving primitives: only the executor's step bodies (and the engines
+# themselves) call them; the bench calls them bare, as the baseline it measures against.
+MOVES_DATA = {"alltoallv", "allgather", "exchange_pairs", "all_to_all_form", "prepare_send"}
+MAY_MOVE_DATA = {"execute", "step_runs", "pieces", "bench.rank"}
+
+
+def _calls(node: ast.AST) -> list[ast.Call]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+
+
+def _dotted(call: ast.Call) -> str:
+    f, parts = call.func, []
+    while isinstance(f, ast.Attribute):
+        parts.append(f.attr)
+        f = f.value
+    if isinstance(f, ast.Name):
+        parts.append(f.id)
+    return ".".join(reversed(parts))
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("engines")))
+def test_only_the_executor_moves_data(module):
+    tree = ast.parse(MODULES[module].read_text())
+    for call in _calls(tree):
+        name = _dotted(call)
+        if name.split(".")[-1] in MOVES_DATA and "adapter" in name.split("."):
+            assert module in MAY_MOVE_DATA, f"{module}:{call.lineno} calls {name}: data moves only through execute"
+
+
+def _function(module: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse(MODULES[module].read_text())
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+PUBLIC = [("ops", n) for n in ("all_to_all", "all_to_all_v", "all_gather", "gather", "reduce_scatter", "all_reduce")]
+PUBLIC += [("relayout", "redistribute"), ("moe", "_exchange_segments")]
+
+
+@pytest.mark.parametrize(("module", "name"), PUBLIC)
+def test_no_public_collective_bypasses_the_planner(module, name):
+    """Each plans with ``planner`` and runs the plan through ``execute`` (``run`` or ``PlanRun``)."""
+    called = {_dotted(c) for c in _calls(_function(module, name))}
+    assert any(c.startswith("planner.") for c in called), f"{module}.{name} does not plan: {sorted(called)}"
+    assert called & {"execute.run", "execute.PlanRun"}, f"{module}.{name} does not run a plan: {sorted(called)}"
+
+
+def test_the_public_collectives_are_all_checked():
+    """The list above holds every collective ``ops`` exports (and ``redistribute`` hands to relayout)."""
+    import reshard.ops as ops
+
+    listed = {n for m, n in PUBLIC if m == "ops"} | {"redistribute"}
+    assert set(ops.__all__) - {"last_exchange", "ExchangeStats"} == listed
+    assert {_dotted(c) for c in _calls(_function("ops", "redistribute"))} >= {"relayout.redistribute"}
+    moe_calls = {_dotted(c) for f in ("dispatch", "combine") for c in _calls(_function("moe", f))}
+    assert "_exchange_segments" in moe_calls

@@ -30,7 +30,7 @@ JOB = textwrap.dedent(
         assert np.array_equal(cols, rs.local_shard(A, rs.Shard(1), comm.rank, comm.size)), (shape, comm.rank)
         back = rs.all_to_all(np.ascontiguousarray(cols), split_dim=0, concat_dim=1)
         assert np.array_equal(back, rows)
-    local = comm.transport.local
+    local = comm.adapter.local
     with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:
         f.write(" ".join(str(q) for q in sorted(local.peers)) if local else "")
     comm.close()

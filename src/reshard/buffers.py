@@ -45,7 +45,7 @@ def scratch(arrays: Any, stats: ExchangeStats, count: int, like: Any) -> Any:
 def pack_buffer(call: Any, count: int, like: Any) -> Any:
     """The pack buffer of one exchange: in the engine's outbox where it has one (same-host
     peers read the pieces from there), else ``scratch``."""
-    buf = call.transport.send_buffer(count, like)
+    buf = call.adapter.send_buffer(count, like)
     return scratch(call.arrays, call.stats, count, like) if buf is None else buf
 
 

@@ -17,14 +17,14 @@ records byte for byte instead; any change falls back to the full path with them 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
 import operator
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from .stats import ExchangeStats, set_last
 Array = Any  # torch.Tensor or numpy.ndarray
 
 MISS = object()
+T = TypeVar("T")
 _DIGEST_BITS = 47  # a vote: the op's 16-bit code, then the digest of the plan's records
 _DIGEST_MASK = (1 << _DIGEST_BITS) - 1
 
@@ -54,7 +55,7 @@ class CachedRun:
     numpy_in: bool
     detach: bool
     grad: Callable[..., Array] | None  # (call, x, out) -> out on the autograd tape
-    ahead: Callable[..., Any] | None = None  # (call, x) -> the run's ``sent``: local work done early
+    prepare: Callable[..., Any] | None = None  # (call, x) -> the run's ``prepared``: local work done early
 
 
 _PLAIN_TYPES = (int, str, Shard, Replicate, Partial)
@@ -66,6 +67,8 @@ def _plain(value: Any) -> Any:
     kind = type(value)
     if value is None:
         return None
+    if kind is tuple and all(type(v) is int for v in value):  # a shape: the common case, fast
+        return (tuple, value)
     if kind in (tuple, list):
         return (kind, tuple(_plain(v) for v in value))
     if kind not in _PLAIN_TYPES and kind is not bool and hasattr(kind, "__index__"):
@@ -105,15 +108,15 @@ class Call:
         if self.comm.activity is not None:
             self.comm.activity.enter(op)
         self.check = self.comm.check if check is None else bool(check)
-        self.transport = self.comm.transport
-        self.arrays = self.transport.arrays
+        self.adapter = self.comm.adapter
+        self.arrays = self.adapter.arrays
         self.rank, self.size = self.comm.rank, self.comm.size
         self.numpy_in = False
         self.x = x
-        self.record = agreement.Record(op=op, arg_names=tuple(arg_names))
+        self.arg_names = arg_names
         self.error: ReshardError | None = None
         self.stats = ExchangeStats(op)
-        self.overlapped: Any = None
+        self.prepared: Any = None  # what the first step prepared while the records travelled
         self.key: tuple | None = None  # the call's signature, when it can be replayed
         self.pregathered: Any = None  # records a replay already gathered (and found changed)
         self.sent_record: Any = None
@@ -122,17 +125,22 @@ class Call:
         self.extra_gathered: Any = None
         self.voted = False  # this call took the vote already (its replay did)
 
+    @functools.cached_property
+    def record(self) -> agreement.Record:
+        """What this rank was asked to do, for the agreement (made only on the full path)."""
+        return agreement.Record(op=self.op, arg_names=tuple(self.arg_names))
+
     def replay(self, args: tuple) -> Any:
         """This call's result from the plan of an earlier call with the same signature, or
         ``MISS`` (then nothing was sent and the full path takes over). With the check on, the
         plan runs only when the vote finds every rank holding a plan made from the same
-        records; the plan's local work (``ahead``) is done while the vote travels."""
+        records; the plan's local work (``prepare``) is done while the vote travels."""
         key = _signature(self.op, self.x, self.check, args)
         self.key = key
         plan = None if key is None else self.comm.replay_cache.get(key)
         if plan is not None and plan.record is None and self.check:
             plan = None  # made without the records: it cannot vote
-        x, arrays, sent = self.x, self.arrays, None
+        x, arrays, prepared = self.x, self.arrays, None
         if plan is not None:
             self.arrays = plan.arrays
             if plan.numpy_in:
@@ -142,16 +150,16 @@ class Call:
         if self.check:
             # Every rank votes, plan or not, so the collectives line up whatever each found.
             vote = self._ballot(plan.digest if plan else 0)
-            if plan is not None and plan.ahead is not None:
-                finish = self.transport.start_allreduce_max(vote, f"{self.op} (check)")
-                sent = plan.ahead(self, x)
+            if plan is not None and plan.prepare is not None:
+                finish = self.adapter.start_allreduce_max(vote, f"{self.op} (check)")
+                prepared = plan.prepare(self, x)
                 replay = self._count(finish())
             else:  # nothing to do meanwhile: no hand-off to a helper thread
-                replay = self._count(self.transport.allreduce_max(vote, f"{self.op} (check)"))
+                replay = self._count(self.adapter.allreduce_max(vote, f"{self.op} (check)"))
             if not replay:
                 plan = None
         elif plan is not None and plan.record is not None:
-            gathered = self.transport.start_allgather_bytes(plan.record, f"{self.op} (check)")()
+            gathered = self.adapter.start_allgather_bytes(plan.record, f"{self.op} (check)")()
             self.stats.metadata_exchanges += 1
             if gathered.tobytes() != plan.gathered:
                 self.pregathered = gathered
@@ -163,7 +171,7 @@ class Call:
             return MISS
         self.numpy_in = plan.numpy_in
         self.stats.replayed = True
-        out = plan.run(self, x) if sent is None else plan.run(self, x, sent)
+        out = plan.run(self, x) if prepared is None else plan.run(self, x, prepared)
         if plan.grad is not None and wants_grad(self.x):
             out = plan.grad(self, self.x, out)
         return self.result(out)
@@ -181,24 +189,16 @@ class Call:
         self.stats.metadata_exchanges += 1
         high, low = int(votes[0]), -int(votes[1])
         if high >> _DIGEST_BITS != low >> _DIGEST_BITS:
-            ops = self.transport.allgather_bytes(_op_bytes(self.op), f"{self.op} (check)")
+            ops = self.adapter.allgather_bytes(_op_bytes(self.op), f"{self.op} (check)")
             names = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in ops]
             raise MismatchError(f"rank {self.rank}: ranks called different collectives: "
                                 + agreement.describe_disagreement("op", names).split(": ", 1)[1])
         return high == low and high & _DIGEST_MASK != 0
 
-    def run_and_remember(self, run: Callable[..., Array], collective: str | None = None) -> Array:
-        """``run(self, self.x)`` as one step named ``collective`` (default: the op), kept for
-        replay (ops with no autograd rule of their own)."""
-        step = one_step(collective or self.op, lambda k, xt, sent=None: run(k, xt))
-        out = step(self, self.x)
-        self.remember(step)
-        return out
-
     def remember(self, run: Callable[..., Array], grad: Callable[..., Array] | None = None,
-                 ahead: Callable[..., Any] | None = None) -> None:
+                 prepare: Callable[..., Any] | None = None) -> None:
         """Keep what this (successful) call worked out, for the next call with its signature;
-        ``ahead(call, x)``, if given, is ``run``'s local work, whose result ``run`` takes as ``sent``."""
+        ``prepare(call, x)``, if given, is ``run``'s local work, whose result ``run`` takes as ``prepared``."""
         if self.key is None:
             return
         x = self.x
@@ -208,20 +208,23 @@ class Call:
         digest = 0
         if gathered is not None:
             digest = int.from_bytes(hashlib.blake2b(gathered, digest_size=8).digest(), "little") & _DIGEST_MASK or 1
-        cached = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, ahead)
+        cached = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, prepare)
         self.comm.replay_cache.put(self.key, cached, len(self.gathered_raw or b""))
 
-    @contextlib.contextmanager
-    def validating(self) -> Iterator[None]:
-        """Local validation: an error is held for the check, so every rank can raise it."""
+    def validate(self, check: Callable[..., T], *args: Any, need_dims: bool = True) -> T | None:
+        """This rank's input taken (``take_input``) and ``check(x, *args)`` (a pure function of
+        ``validate``) run on it: the checked arguments, or None with the error held for the
+        agreement, which raises it on every rank before any rank computes on."""
         try:
-            yield
+            self.take_input(need_dims)
+            return check(self.x, *args)
         except ReshardError as exc:
             msg = str(exc)
             if not msg.startswith(f"rank {self.rank}"):
                 exc.args = (f"rank {self.rank}: {self.op}: {msg}",) + exc.args[1:]
             self.error = exc
             self.record.fail(exc)
+            return None
 
     def take_input(self, need_dims: bool = True) -> None:
         x = self.x
@@ -249,30 +252,30 @@ class Call:
 
     def agree(
         self, free_dims: Sequence[int] = (), need_shapes: bool = True, per_rank_splits: bool = False,
-        while_waiting: Any = None, extra: Any = None,
+        prepare: Any = None, extra: Any = None,
     ) -> list[tuple[int, ...]]:
         """Exchange every rank's record and compare them; raise on any problem, on every rank.
 
         The first call of a signature always agrees, whatever ``check`` says: ``check=False``
         only lets a *replay* skip the exchange (where no shapes are needed), so a disagreement
         ends in an error, never in wrong data. Returns every rank's input shape.
-        ``while_waiting()`` (local work, e.g. the pack) runs while the records are in flight,
-        unless this rank's input was already found invalid; its result is ``self.overlapped``.
+        ``prepare()`` (local work, e.g. the pack) runs while the records are in flight, unless
+        this rank's input was already found invalid; its result is ``self.prepared``.
         ``extra`` (int64 values, the same count on every rank) travels in the same exchange;
         every rank's row of it lands in ``self.extra_gathered``.
         """
         if self.check and not self.voted:  # a call that cannot replay still votes: the ops line up
-            self._count(self.transport.allreduce_max(self._ballot(0), f"{self.op} (check)"))
+            self._count(self.adapter.allreduce_max(self._ballot(0), f"{self.op} (check)"))
         raw = agreement.encode(self.record, self.size)
         if extra is not None:
             raw = np.concatenate([raw, np.ascontiguousarray(extra, dtype=np.int64).view(np.uint8)])
         if self.pregathered is not None:  # a replay exchanged this very record already
             finish = lambda: self.pregathered  # noqa: E731
         else:
-            finish = self.transport.start_allgather_bytes(raw, f"{self.op} (check)")
+            finish = self.adapter.start_allgather_bytes(raw, f"{self.op} (check)")
             self.stats.metadata_exchanges += 1
-        if while_waiting is not None and self.error is None:
-            self.overlapped = while_waiting()  # local work (the pack) while the records travel
+        if prepare is not None and self.error is None:
+            self.prepared = prepare()  # local work (the pack) while the records travel
         gathered = finish()
         self.replay_exchanges = self.check or need_shapes
         self.sent_record, self.gathered_raw = raw, gathered.tobytes()
@@ -294,20 +297,6 @@ class Call:
         if self.numpy_in and out is not None:
             return out.numpy()
         return out
-
-
-
-
-def one_step(collective: str, run: Callable[..., Array]) -> Callable[..., Array]:
-    """``run(call, x, sent=None)`` recorded as one step of ``collective`` in the call's stats."""
-
-    def step(k: Call, xt: Array, sent: Any = None) -> Array:
-        started = k.stats.begin_step()
-        out = run(k, xt, sent)
-        k.stats.end_step(collective, started)
-        return out
-
-    return step
 
 
 def wants_grad(x: Any) -> bool:

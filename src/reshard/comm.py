@@ -22,14 +22,14 @@ class Comm:
     ``rank``, ``size``, ``engine`` ("gloo", "nccl" or "mpi"), ``group`` (the torch
     ProcessGroup on torch engines), ``mpi_comm`` (the mpi4py communicator on MPI), ``check``
     (whether ops run the cross-rank agreement check by default), ``timeout`` (seconds).
-    ``transport`` is the engine adapter that moves the bytes (``reshard.engines.base.Engine``).
+    ``adapter`` is the engine adapter that moves the bytes (``reshard.engines.base.Engine``).
     """
 
-    def __init__(self, transport: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT):
-        self.transport = transport
-        self.rank: int = transport.rank
-        self.size: int = transport.size
-        self.engine: str = transport.name
+    def __init__(self, adapter: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT):
+        self.adapter = adapter
+        self.rank: int = adapter.rank
+        self.size: int = adapter.size
+        self.engine: str = adapter.name
         self.check: bool = check
         self.timeout: float = timeout
         self.replay_cache = ReplayCache()  # call signature -> what its first call worked out (call.py)
@@ -38,27 +38,27 @@ class Comm:
 
     @property
     def group(self) -> Any:
-        return getattr(self.transport, "group", None)
+        return getattr(self.adapter, "group", None)
 
     @property
     def mpi_comm(self) -> Any:
-        return getattr(self.transport, "mpi_comm", None)
+        return getattr(self.adapter, "mpi_comm", None)
 
     def barrier(self) -> None:
         if self.activity is not None:
             self.activity.enter("barrier")
-        self.transport.barrier()
+        self.adapter.barrier()
         if self.activity is not None:
             self.activity.leave()
 
     def close(self) -> None:
         global _current
         for child in self.children:
-            child.transport.close()
+            child.adapter.close()
         self.children.clear()
         release_buffers()
         self.replay_cache.clear()
-        self.transport.close()
+        self.adapter.close()
         if _current is self:
             _current = None
 
@@ -163,7 +163,7 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
     if missing is not None:
         raise MissingDependency(missing)
     if wanted == "mpi":
-        transport = _lone_mpi(timeout) if found is None else _mpi(timeout)
+        adapter = _lone_mpi(timeout) if found is None else _mpi(timeout)
     else:
         from .engines.torch_engine import init_torch
 
@@ -177,11 +177,11 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
             tmp = tempfile.mkdtemp(prefix="reshard-solo-")
             atexit.register(shutil.rmtree, tmp, True)
             store = dist.FileStore(os.path.join(tmp, "store"), 1)
-            transport = init_torch(backend, 0, 1, timeout, store=store)
-            transport.scratch_dir = tmp
+            adapter = init_torch(backend, 0, 1, timeout, store=store)
+            adapter.scratch_dir = tmp
         else:
             _, rank, size = found
-            transport = init_torch(backend, rank, size, timeout)
-    comm = Comm(transport, check=check, timeout=timeout)
+            adapter = init_torch(backend, rank, size, timeout)
+    comm = Comm(adapter, check=check, timeout=timeout)
     set_current(comm)
     return comm

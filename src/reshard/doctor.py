@@ -198,7 +198,7 @@ def doctor_rank(comm: Any) -> dict[str, Any]:
     out = ops.redistribute(mine, src="row", dst="col")
     seconds = time.perf_counter() - started
     want = np.ascontiguousarray(local_shard(full, Shard(1), comm.rank, n))
-    local = getattr(comm.transport, "local", None)
+    local = getattr(comm.adapter, "local", None)
     return {"right": out.shape == want.shape and out.tobytes() == want.tobytes(), "seconds": seconds,
             "shared_memory_peers": sorted(local.peer_fds) if local is not None else None}
 

@@ -76,8 +76,8 @@ class Mesh:
                 if members[0] not in seen:
                     seen.add(members[0])
                     groups.append(members)
-            transport = self.comm.transport.subgroup(groups)
-            sub = Comm(transport, check=self.comm.check, timeout=self.comm.timeout)
+            adapter = self.comm.adapter.subgroup(groups)
+            sub = Comm(adapter, check=self.comm.check, timeout=self.comm.timeout)
             sub.activity = self.comm.activity
             self.comm.children.append(sub)
             self._subs[m] = sub

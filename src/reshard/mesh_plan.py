@@ -282,6 +282,11 @@ class MeshPlan(_Transfers):
             return mine.sends(), mine.recvs()
         return self.sends(rank), self.recvs(rank)
 
+    def local_work(self) -> bool:
+        """Whether a rank's result is more than its input as it stands after the reductions
+        (a Partial destination's fill, or a layout that keeps only part of what a rank holds)."""
+        return self.fill_op is not None or self.exchange.src != self.exchange.dst
+
     def moves(self) -> bool:
         """Whether the exchange moves anything on any rank (every rank takes the same steps)."""
         if self.geometry is not None:
@@ -346,6 +351,9 @@ def plan_summary(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
         steps.append({"collective": "all_to_all", "over": "the whole mesh", "sums_values": False,
                       "bytes_sent_per_rank": [v * itemsize for v in sent],
                       "bytes_received_per_rank": [v * itemsize for v in received]})
+    elif plan.local_work():  # each rank keeps part of what it holds, or fills a Partial result
+        steps.append({"collective": "local", "over": "this rank", "sums_values": False,
+                      "bytes_sent_per_rank": [0] * size, "bytes_received_per_rank": [0] * size})
     report = {
         "mesh": list(plan.mesh_shape), "global_shape": list(plan.shape), "src": [repr(p) for p in plan.src],
         "dst": [repr(p) for p in plan.dst], "ranks": size, "steps": steps,

@@ -21,13 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import array_backend, is_numpy, is_torch, numel
-from .buffers import alloc
-from .call import Call, wants_grad
+from . import execute, planner
+from .arrays import array_backend, is_numpy, is_torch
+from .call import Call
 from .comm import Comm, current
 from .errors import InvalidArgument, UnsupportedDType
 from .layout import check_int
-from .pieces import contiguous
 
 Array = Any
 
@@ -90,27 +89,46 @@ def _exchange_segments(
     """One exchange per segment: ``x`` is ``[sum of all sends, *F]``, segment l's rows in rank
     order (``segment_send[l][j]`` rows for rank j); the result is ``[sum of all receives, *F]``,
     segment l's rows from every rank in rank order, each exchange writing straight into its
-    block. Returns numpy for numpy; on the autograd tape the backward is the reverse exchange."""
+    block. Returns numpy for numpy; on the autograd tape the backward is the plan back."""
     call = Call(what, x, comm, False)
     call.take_input()
-    xt = contiguous(call, call.x)
-    arrays, transport = call.arrays, call.transport
-    row_bytes = numel(xt.shape[1:]) * arrays.itemsize(xt)
-    out = alloc(arrays, call.stats, [sum(map(sum, segment_recv)), *xt.shape[1:]], like=xt)
-    sent = received = 0
-    for sends, recvs in zip(segment_send, segment_recv):
-        s_rows, r_rows = sum(sends), sum(recvs)
-        send, recv = xt[sent : sent + s_rows], out[received : received + r_rows]
-        transport.alltoallv(arrays.bytes_of(recv.reshape(-1)), arrays.bytes_of(send.reshape(-1)),
-                       [c * row_bytes for c in recvs], [c * row_bytes for c in sends], what)
-        call.stats.bytes_sent += (s_rows - sends[call.rank]) * row_bytes
-        call.stats.bytes_received += (r_rows - recvs[call.rank]) * row_bytes
-        sent, received = sent + s_rows, received + r_rows
-    if wants_grad(x):
-        from . import autograd
+    plan = planner.all_to_all_v(call.rank, call.size, list(zip(segment_send, segment_recv)), op=what)
+    return execute.run(call, x, plan, backward=lambda: plan.reverse())
 
-        out = autograd.attach(x, out, lambda grad: _exchange_segments(comm, grad, segment_recv, segment_send, what))
-    return call.result(out)
+
+def _check_dispatch(x: Array, n: int, num_experts: Any, capacity: Any, expert_ids: Any
+                    ) -> tuple[int, int | None, np.ndarray]:
+    """(experts, capacity, expert ids as int64 ``[T, k]``), checked: a pure function."""
+    experts = check_int("num_experts", num_experts)
+    if experts < 1 or experts % n:
+        raise InvalidArgument(
+            f"num_experts={experts} must be a positive multiple of the world size {n}: experts sit "
+            f"in equal contiguous blocks (expert e on rank e // (E // {n}))"
+        )
+    cap = None
+    if capacity is not None:
+        cap = check_int("capacity", capacity)
+        if cap < 0:
+            raise InvalidArgument(f"capacity must be >= 0 or None, got {cap}")
+    return experts, cap, _validate_ids(expert_ids, x.shape[0], experts)
+
+
+def _check_combine(x: Array, handle: MoEHandle, weights: Any, like: Any) -> int:
+    """The top-k of ``handle`` when ``x`` and ``weights`` fit it: a pure function."""
+    rows_expected = sum(handle.tokens_per_expert)
+    if x.shape[0] != rows_expected:
+        raise InvalidArgument(
+            f"expert_outputs has {x.shape[0]} rows, but dispatch gave this rank {rows_expected} "
+            f"(tokens_per_expert {handle.tokens_per_expert})"
+        )
+    if weights is not None:
+        shape = tuple(int(s) for s in weights.shape)
+        want = (handle.num_tokens, handle.top_k)
+        if shape != want and not (handle.top_k == 1 and shape == (handle.num_tokens,)):
+            raise InvalidArgument(f"weights has shape {list(shape)}; dispatch routed {list(want)} (tokens, slots)")
+        if type(weights).__module__.split(".")[0] != type(like).__module__.split(".")[0]:
+            raise InvalidArgument("weights and expert_outputs must both be torch tensors or both numpy arrays")
+    return handle.top_k
 
 
 def _validate_ids(expert_ids: Any, num_tokens: int, num_experts: int) -> np.ndarray:
@@ -170,33 +188,22 @@ def dispatch(
     comm_ = current(comm)
     call = Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity"))
     n, rank = call.size, call.rank
-    ids = np.zeros((0, 1), dtype=np.int64)
-    experts = cap = 0
-    with call.validating():
-        call.take_input()
-        experts = check_int("num_experts", num_experts)
-        if experts < 1 or experts % n:
-            raise InvalidArgument(
-                f"num_experts={experts} must be a positive multiple of the world size {n}: experts sit "
-                f"in equal contiguous blocks (expert e on rank e // (E // {n}))"
-            )
-        if capacity is not None:
-            cap = check_int("capacity", capacity)
-            if cap < 0:
-                raise InvalidArgument(f"capacity must be >= 0 or None, got {cap}")
-        ids = _validate_ids(expert_ids, call.x.shape[0], experts)
-        call.record.args = (experts, ids.shape[1], -1 if capacity is None else cap)
-    per_rank = experts // n if experts and experts % n == 0 else 1
-    num_tokens, top_k = ids.shape
-    expert_of_pair = ids.reshape(-1)
-    own = np.bincount(expert_of_pair, minlength=max(experts, 1)).astype(np.int64)
+    checked = call.validate(_check_dispatch, n, num_experts, capacity, expert_ids)
+    if checked is not None:
+        experts, cap, ids = checked
+        call.record.args = (experts, ids.shape[1], -1 if cap is None else cap)
     # The records first, check on or off (their sizes agree whatever the input: the counts'
     # do only once num_experts does), then every rank's count per expert.
-    call.agree(free_dims=(0,), need_shapes=False)
-    gathered = call.transport.allgather_bytes(own[:experts].view(np.uint8), "moe.dispatch (counts)").view(np.int64)
+    call.agree(free_dims=(0,), need_shapes=False)  # raises on every rank if any rank's input is wrong
+    experts, cap, ids = checked
+    per_rank = experts // n
+    num_tokens, top_k = ids.shape
+    expert_of_pair = ids.reshape(-1)
+    own = np.bincount(expert_of_pair, minlength=experts).astype(np.int64)
+    gathered = call.adapter.allgather_bytes(own[:experts].view(np.uint8), "moe.dispatch (counts)").view(np.int64)
     call.stats.metadata_exchanges += 1
     counts = gathered.reshape(n, experts)
-    kept_counts = _kept_counts(counts, None if capacity is None else cap)
+    kept_counts = _kept_counts(counts, cap)
 
     # Source side: pairs sorted by (local expert index l, destination rank, token, slot), so
     # that what goes out in exchange l is one run; the first kept_counts[rank, e] of each
@@ -253,22 +260,8 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
         raise InvalidArgument(f"handle must be the MoEHandle returned by dispatch, got {type(handle).__name__}")
     comm_ = handle.comm
     call = Call("moe.combine", expert_outputs, comm_, check, ("top_k",))
-    rows_expected = sum(handle.tokens_per_expert)
-    with call.validating():
-        call.take_input()
-        call.record.args = (handle.top_k,)
-        if call.x.shape[0] != rows_expected:
-            raise InvalidArgument(
-                f"expert_outputs has {call.x.shape[0]} rows, but dispatch gave this rank {rows_expected} "
-                f"(tokens_per_expert {handle.tokens_per_expert})"
-            )
-        if weights is not None:
-            shape = tuple(int(s) for s in weights.shape)
-            want = (handle.num_tokens, handle.top_k)
-            if shape != want and not (handle.top_k == 1 and shape == (handle.num_tokens,)):
-                raise InvalidArgument(f"weights has shape {list(shape)}; dispatch routed {list(want)} (tokens, slots)")
-            if type(weights).__module__.split(".")[0] != type(expert_outputs).__module__.split(".")[0]:
-                raise InvalidArgument("weights and expert_outputs must both be torch tensors or both numpy arrays")
+    call.record.args = (handle.top_k,)
+    call.validate(_check_combine, handle, weights, expert_outputs)
     call.agree(free_dims=(0,), need_shapes=False)  # check on or off: a disagreement never moves data
     # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
     back = _exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")

@@ -96,7 +96,7 @@ def exchange_packed(
     stats.bytes_sent += sum(send_counts) - send_counts[rank]
     stats.bytes_received += sum(recv_counts) - recv_counts[rank]
     stats.recv_buffer_ptr = data_ptr(recv)
-    call.transport.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), recv_counts, send_counts, call.op)
+    call.adapter.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), recv_counts, send_counts, call.op)
     if direct:
         return out
     out = alloc(arrays, stats, out_shape, like=like)

@@ -1,150 +1,74 @@
-"""``reshard plan --rank R``: one rank's steps, peers and bytes, on a world or a mesh, worked
-out from that rank alone (``rank_plan``): never a transfer per pair of ranks. Pure."""
+"""``reshard plan --rank R``: one rank's steps, peers and bytes, on a world or a mesh: the
+planner's own ``RankPlan`` for that rank (the steps its run executes), described. Pure."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from .layout import Placement, Replicate, mesh_region, shard_sizes, unravel
-from .mesh_plan import MeshPlan
-from .plan import ITEMSIZE, make_plan
-from .rank_plan import ExchangeGeometry
+from . import planner
+from .layout import Placement, Shard, mesh_region, parse_placement, parse_placements, shard_range, unravel
+from .plan import ITEMSIZE
+from .steps import AllGather, AllToAll, ExchangeBoxes, Keep, OnMeshDim, ReduceScatter, Step
 
 DETAIL_MAX_PEERS = 64  # a step lists each peer's region up to this many peers
 
+Region = list[list[int]]
 
-def _step(collective: str, over: str, sends: list[tuple[int, Any, int]], recvs: list[tuple[int, Any, int]],
-          sums: bool) -> dict[str, Any]:
-    """One step as the report gives it; ``sends``/``recvs``: (peer, region or None, bytes)."""
-    sends = [s for s in sends if s[2]]
-    recvs = [r for r in recvs if r[2]]
+
+def _step(step: Step, over: str, sent: dict[int, int], received: dict[int, int], item: int,
+          regions: Any = None) -> dict[str, Any]:
+    """One step as the report gives it; ``regions(peer, sending)`` gives the global region moved
+    to or from a peer where the step knows it (else None)."""
     out: dict[str, Any] = {
-        "collective": collective, "over": over, "sums_values": sums,
-        "sent_bytes": sum(b for _, _, b in sends), "received_bytes": sum(b for _, _, b in recvs),
-        "sends_to": [p for p, _, _ in sends], "receives_from": [p for p, _, _ in recvs],
+        "collective": step.collective, "over": over, "sums_values": isinstance(step, (ReduceScatter, OnMeshDim)),
+        "sent_bytes": sum(sent.values()) * item, "received_bytes": sum(received.values()) * item,
+        "sends_to": sorted(sent), "receives_from": sorted(received),
     }
-    if len(sends) <= DETAIL_MAX_PEERS and len(recvs) <= DETAIL_MAX_PEERS:
-        out["sends"] = [{"peer": p, "region": reg, "bytes": b} for p, reg, b in sends]
-        out["receives"] = [{"peer": p, "region": reg, "bytes": b} for p, reg, b in recvs]
+    if isinstance(step, Keep):
+        out["action"] = step.action
+    if len(sent) <= DETAIL_MAX_PEERS and len(received) <= DETAIL_MAX_PEERS:
+        if isinstance(step, ExchangeBoxes):  # one row per box (a peer may send several)
+            out["sends"] = _boxes(step.sends, item)
+            out["receives"] = _boxes(step.recvs, item)
+        else:
+            out["sends"] = [{"peer": p, "region": regions(p, True) if regions else None, "bytes": sent[p] * item}
+                            for p in sorted(sent)]
+            out["receives"] = [{"peer": p, "region": regions(p, False) if regions else None, "bytes": received[p] * item}
+                               for p in sorted(received)]
     return out
 
 
-def _exchange(geometry: ExchangeGeometry, rank: int, item: int, collective: str, over: str) -> Callable[[], dict]:
-    """Plans the rank's part now; the returned function describes it (lists for the report)."""
-    mine = geometry.for_rank(rank)
-    return lambda: _describe_exchange(mine, item, collective, over)
+def _boxes(pairs: Sequence[tuple[int, Any]], item: int) -> list[dict[str, Any]]:
+    rows = []
+    for p, box in pairs:
+        n = 1
+        for a, b in box:
+            n *= max(0, b - a)
+        if n:
+            rows.append({"peer": p, "region": [list(b) for b in box], "bytes": n * item})
+    return rows
 
 
-def _describe_exchange(mine: Any, item: int, collective: str, over: str) -> dict[str, Any]:
-    detail = len(mine.send_peers) <= DETAIL_MAX_PEERS and len(mine.recv_peers) <= DETAIL_MAX_PEERS
+def _world_regions(shape: Sequence[int], src: Placement, step: Step, rank: int, n: int) -> Any:
+    """The global region a world step moves between ``rank`` and a peer (shards and gathers)."""
+    def held(r: int) -> Region:
+        region = [[0, int(s)] for s in shape]
+        if isinstance(src, Shard):
+            region[src.dim] = list(shard_range(shape[src.dim], n, r))
+        return region
 
-    def rows(peers: Any, lo: Any, hi: Any, counts: Any) -> list[tuple[int, Any, int]]:
-        regions = [[[int(a), int(b)] for a, b in zip(x, y)] for x, y in zip(lo, hi)] if detail else [None] * len(peers)
-        return [(int(p), reg, int(c) * item) for p, reg, c in zip(peers, regions, counts)]
+    if isinstance(step, AllToAll):
+        def cut(p: int, sending: bool) -> Region:
+            region = held(rank if sending else p)
+            region[step.split_dim] = list(shard_range(shape[step.split_dim], n, p if sending else rank))
+            return region
 
-    return _step(collective, over, rows(mine.send_peers, mine.send_lo, mine.send_hi, mine.send_counts),
-                 rows(mine.recv_peers, mine.recv_lo, mine.recv_hi, mine.recv_counts), False)
-
-
-def _group_reduction(collective: str, over: str, group: Sequence[int], me: int, piece_counts: Sequence[int],
-                     item: int) -> list[Callable[[], dict]]:
-    """A reduce_scatter (and, for an all-reduce, the all-gather after it) of pieces
-    ``piece_counts`` (elements, one per group position) among ``group``."""
-    i = group.index(me)
-
-    def others() -> list[tuple[int, int]]:
-        return [(j, q) for j, q in enumerate(group) if q != me]
-
-    def scatter() -> dict[str, Any]:
-        return _step("reduce_scatter", over, [(q, None, piece_counts[j] * item) for j, q in others()],
-                     [(q, None, piece_counts[i] * item) for _, q in others()], True)
-
-    def gather() -> dict[str, Any]:
-        return _step("all_gather", over, [(q, None, piece_counts[i] * item) for _, q in others()],
-                     [(q, None, piece_counts[j] * item) for j, q in others()], False)
-
-    return [scatter] if collective == "reduce_scatter" else [scatter, gather]
-
-
-def _joined(collective: str, over: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Steps that run as one (a mesh dim's all-reduce: its reduce_scatter and all_gather)."""
-    return {"collective": collective, "over": over, "sums_values": True,
-            "sent_bytes": sum(p["sent_bytes"] for p in parts), "received_bytes": sum(p["received_bytes"] for p in parts),
-            "sends_to": sorted({q for p in parts for q in p["sends_to"]}),
-            "receives_from": sorted({q for p in parts for q in p["receives_from"]})}
-
-
-def world_steps(shape: Sequence[int], src: Placement, dst: Placement, size: int, rank: int,
-                item: int) -> list[Callable[[], dict]]:
-    """The steps a world's ``redistribute`` runs, as ``rank`` takes part in them (each planned,
-    and described when called)."""
-    plan = make_plan(shape, src, dst, size, itemsize=item)
-    src, dst, steps = plan.src, plan.dst, []
-    numel = 1
-    for s in plan.global_shape:
-        numel *= s
-    world = range(size)
-    for step in plan.steps:
-        if step.collective == "all_to_all":
-            geometry = ExchangeGeometry(plan.global_shape, (src,), (dst,), (size,))
-            steps.append(_exchange(geometry, rank, item, "all_to_all", "the world"))
-        elif step.collective == "all_gather" and step.dim is not None:
-            geometry = ExchangeGeometry(plan.global_shape, (src,), (Replicate(),), (size,))
-            steps.append(_exchange(geometry, rank, item, "all_gather", "the world"))
-        elif step.collective == "reduce_scatter" and step.dim is not None:
-            rest = numel // plan.global_shape[step.dim] if plan.global_shape[step.dim] else 0
-            counts = [n * rest for n in shard_sizes(plan.global_shape[step.dim], size)]
-            steps += _group_reduction("reduce_scatter", "the world", world, rank, counts, item)
-        elif step.collective == "reduce_scatter":  # an all-reduce: the flattened tensor scattered, ...
-            steps += _group_reduction("all_reduce", "the world", world, rank, shard_sizes(numel, size), item)
-        elif step.collective == "local":
-            steps.append(lambda action=step.action: _step("local", "this rank", [], [], False) | {"action": action})
-        # ... then gathered: the flat all_gather is the second half of the all-reduce above
-    return steps
-
-
-def mesh_steps(shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement], mesh_shape: Sequence[int],
-               rank: int, item: int) -> list[Callable[[], dict]]:
-    """The steps of a mesh ``redistribute``, as ``rank`` takes part in them (each planned, and
-    described when called)."""
-    plan = MeshPlan(shape, src, dst, mesh_shape)
-    coord = plan.exchange.coord(rank)
-    local = [b - a for a, b in mesh_region(plan.shape, plan.src, coord, plan.mesh_shape)]
-    steps: list[dict] = []
-    for red in plan.reductions:
-        m, k = red.mesh_dim, plan.mesh_shape[red.mesh_dim]
-        group = [plan.exchange.rank(coord[:m] + (c,) + coord[m + 1 :]) for c in range(k)]
-        total = 1
-        for s in local:
-            total *= s
-        if red.collective == "reduce_scatter":
-            rest = total // local[red.dim] if local[red.dim] else 0
-            sizes = shard_sizes(local[red.dim], k)
-            steps += _group_reduction("reduce_scatter", f"mesh dim {m}", group, rank, [n * rest for n in sizes], item)
-            local[red.dim] = sizes[coord[m]]
-        else:
-            halves = _group_reduction("all_reduce", f"mesh dim {m}", group, rank, shard_sizes(total, k), item)
-            steps.append(lambda halves=halves, m=m: _joined("all_reduce", f"mesh dim {m}", [h() for h in halves]))
-    if plan.moves():
-        if plan.geometry is not None:
-            steps.append(_exchange(plan.geometry, rank, item, "all_to_all", "the whole mesh"))
-        else:
-            sends, recvs = plan.rank_exchange(rank)
-            steps.append(lambda: _step("all_to_all", "the whole mesh", _rows(sends, item), _rows(recvs, item), False))
-    return steps  # a Partial destination's fill with the op's identity is local work, not a step
-
-
-def _rows(pairs: list, item: int) -> list[tuple[int, Any, int]]:
-    return [(q, [list(b) for b in box], _numel(box) * item) for q, box in pairs]
-
-
-def _numel(box: Any) -> int:
-    n = 1
-    for a, b in box:
-        n *= max(0, b - a)
-    return n
+        return cut
+    if isinstance(step, AllGather) and step.dim is not None:
+        return lambda p, sending: held(rank if sending else p)
+    return None
 
 
 def rank_report(shape: Sequence[int], src: Any, dst: Any, rank: int, dtype: str = "float32", *,
@@ -153,23 +77,33 @@ def rank_report(shape: Sequence[int], src: Any, dst: Any, rank: int, dtype: str 
     import numpy  # noqa: F401  (loaded before the clock starts: a process pays it once, not per plan)
 
     item = ITEMSIZE[dtype]
+    shape = tuple(int(s) for s in shape)
+    world = mesh is None
+    mesh_shape = (int(ranks),) if world else tuple(int(m) for m in mesh)
+    src_t = (parse_placement(src),) if world else tuple(parse_placements(src))
+    dst_t = (parse_placement(dst),) if world else tuple(parse_placements(dst))
     started = time.perf_counter()
-    if mesh is None:
-        steps = world_steps(shape, src, dst, int(ranks), rank, item)
-        where: dict[str, Any] = {"ranks": int(ranks)}
-    else:
-        steps = mesh_steps(shape, src, dst, mesh, rank, item)
-        size = 1
-        for s in mesh:
-            size *= s
-        where = {"mesh": list(mesh), "ranks": size, "coord": list(unravel(rank, mesh))}
+    plan = planner.redistribute(shape, src_t, dst_t, mesh_shape, rank)
     seconds = time.perf_counter() - started
-    steps = [describe() for describe in steps]
+    src_t = planner.normalized(src_t, len(shape))
+    coord = unravel(rank, mesh_shape)
+    in_shape = tuple(b - a for a, b in mesh_region(shape, src_t, coord, mesh_shape))
+    steps = []
+    for step, (_, sent, received) in zip(plan.steps, planner.rank_traffic(plan, in_shape, mesh_shape)):
+        if isinstance(step, OnMeshDim):
+            over = f"mesh dim {step.mesh_dim}"
+        elif isinstance(step, Keep) or (isinstance(step, ExchangeBoxes) and not step.moves):
+            over = "this rank"
+        else:
+            over = "the world" if world else "the whole mesh"
+        regions = _world_regions(shape, src_t[0], step, rank, mesh_shape[0]) if world else None
+        steps.append(_step(step, over, sent, received, item, regions))
     peers = sorted({p for st in steps for p in (*st["sends_to"], *st["receives_from"])})
-    names = (lambda p: repr(p)) if mesh is None else (lambda ps: [repr(p) for p in ps])
+    names = (lambda p: repr(p)) if world else (lambda ps: [repr(p) for p in ps])
+    where: dict[str, Any] = {"ranks": mesh_shape[0]} if world else {
+        "mesh": list(mesh_shape), "ranks": plan.size, "coord": list(coord)}
     return {
         "rank": rank, **where, "global_shape": list(shape), "dtype": dtype, "src": names(src), "dst": names(dst),
         "steps": steps, "sent_bytes": sum(s["sent_bytes"] for s in steps),
         "received_bytes": sum(s["received_bytes"] for s in steps), "peers": peers, "plan_seconds": seconds,
     }
-

@@ -207,11 +207,11 @@ def _moe_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tuple
     row_bytes = MOE_HIDDEN * case.np_dtype.itemsize
     sc = [c * row_bytes for c in handle.send_counts]
     rc = [c * row_bytes for c in handle.recv_counts]
-    transport = comm.transport
+    adapter = comm.adapter
 
     def bare() -> None:
-        transport.alltoallv(_engine_bytes(comm, mid), _engine_bytes(comm, send), rc, sc, "bench")
-        transport.alltoallv(_engine_bytes(comm, back), _engine_bytes(comm, mid), sc, rc, "bench")
+        adapter.alltoallv(_engine_bytes(comm, mid), _engine_bytes(comm, send), rc, sc, "bench")
+        adapter.alltoallv(_engine_bytes(comm, back), _engine_bytes(comm, mid), sc, rc, "bench")
 
     methods["raw"] = (bare, lambda _: count_wrong(back, send))
     if "raw+local" in wanted:
@@ -257,13 +257,13 @@ def _moe_by_hand(case: _Case, x_np: np.ndarray, ids: np.ndarray, weights: np.nda
             torch.index_select(back_t, 0, slots_t, out=picked_t)
             torch.bmm(w_t, picked_t.view(tokens, k, hidden), out=out_t.view(tokens, 1, hidden))
 
-    transport = comm.transport
+    adapter = comm.adapter
     send_buf, mid_buf, back_buf = (_engine_bytes(comm, a) for a in (send, mid, back))
 
     def run() -> None:
         gather()
-        transport.alltoallv(mid_buf, send_buf, recv_bytes, send_bytes, "bench")
-        transport.alltoallv(back_buf, mid_buf, send_bytes, recv_bytes, "bench")
+        adapter.alltoallv(mid_buf, send_buf, recv_bytes, send_bytes, "bench")
+        adapter.alltoallv(back_buf, mid_buf, send_bytes, recv_bytes, "bench")
         weighted_sum()
 
     return run, lambda _: count_wrong(out, x_np)

@@ -10,10 +10,10 @@ The collectives ask for a form once per call signature and run it on every repla
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..stats import ExchangeStats
+from ..steps import AllToAll
 
 
 class CallState(Protocol):
@@ -24,24 +24,10 @@ class CallState(Protocol):
     size: int
     arrays: Any  # the array backend (``reshard.arrays``) of the tensors in flight
     stats: ExchangeStats
-    transport: Engine
+    adapter: Engine
 
 
-@dataclass(frozen=True)
-class AllToAllGeometry:
-    """One rank's all-to-all: ``x`` of ``in_shape`` cut along ``split_dim`` into ``send_sizes``
-    (piece j to rank j); rank i's piece for this rank has shape ``recv_shapes[i]``; they are
-    concatenated along ``concat_dim`` into ``out_shape``."""
-
-    in_shape: tuple[int, ...]
-    split_dim: int
-    concat_dim: int
-    send_sizes: tuple[int, ...]
-    recv_shapes: tuple[tuple[int, ...], ...]
-    out_shape: tuple[int, ...]
-
-
-# run(call, x, sent=None) -> result; ``sent`` is what ``pack_ahead`` returned, if anything
+# run(call, x, prepared=None) -> result; ``prepared`` is what ``prepare_send`` returned, if anything
 ExchangeRun = Callable[..., Any]
 
 
@@ -73,12 +59,12 @@ class Engine(Protocol):
     def start_allreduce_max(self, values: Any, what: str) -> Callable[[], Any]:
         """``allreduce_max`` begun now; calling the result finishes it."""
 
-    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAllGeometry) -> ExchangeRun:
+    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAll) -> ExchangeRun:
         """This engine's way of running ``geometry`` for inputs like ``x``, worked out once."""
 
-    def pack_ahead(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
+    def prepare_send(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
         """The pack as a job to run while the check's records travel, where this engine's form
-        packs before its exchange; None where it does not (its result is the form's ``sent``)."""
+        packs before its exchange; None where it does not (its result is the form's ``prepared``)."""
 
     def exchange_pairs(self, recvs: Sequence[tuple[int, Any]], sends: Iterable[tuple[int, Any]], what: str,
                        stats: ExchangeStats | None = None) -> None:

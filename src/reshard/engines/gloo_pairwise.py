@@ -16,11 +16,12 @@ from ..arrays import numel
 from ..buffers import alloc, pack_buffer
 from ..layout import offsets
 from ..pieces import data_ptr, narrow, unpack_others, with_dim
-from .base import AllToAllGeometry, CallState, ExchangeRun
+from ..steps import AllToAll
+from .base import CallState, ExchangeRun
 
 
-def pairwise_form(call: CallState, x: Any, g: AllToAllGeometry) -> ExchangeRun:
-    """``run(call, x, sent=None)`` for ``g``, as one point-to-point message per peer."""
+def pairwise_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
+    """``run(call, x, prepared=None)`` for ``g``, as one point-to-point message per peer."""
     n, rank, arrays = call.size, call.rank, call.arrays
     s, c, send_sizes, recv_shapes, out_shape = g.split_dim, g.concat_dim, g.send_sizes, g.recv_shapes, g.out_shape
     item = arrays.itemsize(x)
@@ -51,7 +52,7 @@ def pairwise_form(call: CallState, x: Any, g: AllToAllGeometry) -> ExchangeRun:
             at += 0 if runs_in else m
     own = bool(lengths[rank] and recv_counts[rank])
 
-    def run(k: CallState, xt: Any, sent: Any = None) -> Any:
+    def run(k: CallState, xt: Any, prepared: Any = None) -> Any:
         stats = k.stats
         out = alloc(arrays, stats, result_shape, like=xt)
         landing = out.reshape(-1) if direct else alloc(arrays, stats, [remote_in], like=xt)
@@ -67,7 +68,7 @@ def pairwise_form(call: CallState, x: Any, g: AllToAllGeometry) -> ExchangeRun:
             if own:  # while the others' pieces arrive
                 arrays.copy(narrow(out, c, out_starts[rank], lengths[rank]), narrow(xt, s, send_starts[rank], send_sizes[rank]))
 
-        k.transport.exchange_pairs(recvs, sends(), k.op, stats)
+        k.adapter.exchange_pairs(recvs, sends(), k.op, stats)
         if not runs_in and remote_out:
             stats.pack_copies += 1
         if not direct:

@@ -28,7 +28,8 @@ from mpi4py import MPI
 
 from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
-from .base import AllToAllGeometry, CallState, ExchangeRun
+from ..steps import AllToAll
+from .base import CallState, ExchangeRun
 from .mpi_forms import PeerSend, split_form, typed_fits, typed_form, typed_path_may_take
 
 INT_MAX = 2**31 - 1
@@ -213,13 +214,13 @@ class MPIEngine:
             self._types[key] = t
         return t
 
-    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAllGeometry) -> ExchangeRun:
+    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAll) -> ExchangeRun:
         """Subarray datatypes where they fit (no pack, no unpack), else the byte exchange."""
         if typed_fits(call, x, geometry):
             return typed_form(call, x, geometry)
         return split_form(call, x, geometry)
 
-    def pack_ahead(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
+    def prepare_send(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
         if typed_path_may_take(call, x):
             return None
         return lambda: PeerSend(call, x, split_dim, send_sizes).both()

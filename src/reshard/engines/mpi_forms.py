@@ -17,7 +17,8 @@ from ..arrays import numel
 from ..buffers import alloc, scratch
 from ..layout import offsets
 from ..pieces import as_run, data_ptr, narrow, swap01, unpack_others, with_dim
-from .base import AllToAllGeometry, CallState, ExchangeRun
+from ..steps import AllToAll
+from .base import CallState, ExchangeRun
 
 # Byte bounds of the datatype path (a benchmark may narrow them to time the byte path).
 TYPED_MIN_BYTES = 0
@@ -36,7 +37,7 @@ def typed_path_may_take(call: CallState, x: Any) -> bool:
     return call.arrays.is_contiguous(x) and TYPED_MIN_BYTES <= nbytes <= TYPED_MAX_BYTES
 
 
-def typed_fits(call: CallState, x: Any, g: AllToAllGeometry) -> bool:
+def typed_fits(call: CallState, x: Any, g: AllToAll) -> bool:
     if not typed_path_may_take(call, x):
         return False
     if numel(x.shape[: g.split_dim]) == 1 and numel(g.out_shape[: g.concat_dim]) == 1:
@@ -45,9 +46,9 @@ def typed_fits(call: CallState, x: Any, g: AllToAllGeometry) -> bool:
     return max(dims) <= INT_MAX
 
 
-def typed_form(call: CallState, x: Any, g: AllToAllGeometry) -> ExchangeRun:
+def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
     """The datatype exchange with its types and counts worked out once."""
-    engine, rank, item = call.transport, call.rank, call.arrays.itemsize(x)
+    engine, rank, item = call.adapter, call.rank, call.arrays.itemsize(x)
     s, c, send_sizes, recv_shapes, out_shape = g.split_dim, g.concat_dim, g.send_sizes, g.recv_shapes, g.out_shape
     send_full, recv_full = collapsed(x.shape, s), collapsed(out_shape, c)
     send_types = [
@@ -65,7 +66,7 @@ def typed_form(call: CallState, x: Any, g: AllToAllGeometry) -> ExchangeRun:
     exchange = engine.alltoallw_plan(recv_types, send_types, call.op)
     epoch, result_shape, result_bytes = engine.types_epoch, tuple(out_shape), numel(out_shape) * item
 
-    def run(k: CallState, xt: Any, sent: Any = None) -> Any:
+    def run(k: CallState, xt: Any, prepared: Any = None) -> Any:
         if engine.types_epoch != epoch:  # the engine freed its types since: work them out again
             return typed_form(k, xt, g)(k, xt)
         out = k.arrays.empty(result_shape, like=xt)
@@ -159,17 +160,17 @@ def adjacent(call: CallState, x: Any, sent: PeerSend) -> Any:
     return buf
 
 
-def split_form(call: CallState, x: Any, g: AllToAllGeometry) -> ExchangeRun:
-    """The byte exchange: ``run(call, x, sent=None)``, ``sent`` the ``PeerSend`` packed ahead."""
+def split_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
+    """The byte exchange: ``run(call, x, prepared=None)``, ``prepared`` the ``PeerSend`` packed early."""
 
-    def run(k: CallState, xt: Any, sent: PeerSend | None = None) -> Any:
-        sent = sent if sent is not None else PeerSend(k, xt, g.split_dim, g.send_sizes)
+    def run(k: CallState, xt: Any, prepared: PeerSend | None = None) -> Any:
+        sent = prepared if prepared is not None else PeerSend(k, xt, g.split_dim, g.send_sizes)
         return split_exchange(k, xt, g, sent)
 
     return run
 
 
-def split_exchange(call: CallState, x: Any, g: AllToAllGeometry, sent: PeerSend) -> Any:
+def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
     """Own piece copied straight from ``x``; the others in one engine call with the own count
     0, into the result itself when the stacked pieces are the result, else into a side buffer
     that is unpacked once."""
@@ -199,7 +200,7 @@ def split_exchange(call: CallState, x: Any, g: AllToAllGeometry, sent: PeerSend)
     if n > 1:  # [lower | higher] pieces in one run on each side; own count 0
         own_out = [v if j != rank else 0 for j, v in enumerate(send_bytes)]
         own_in = [v if i != rank else 0 for i, v in enumerate(recv_bytes)]
-        call.transport.alltoallv(arrays.bytes_of(temp), arrays.bytes_of(adjacent(call, x, sent)), own_in, own_out, call.op)
+        call.adapter.alltoallv(arrays.bytes_of(temp), arrays.bytes_of(adjacent(call, x, sent)), own_in, own_out, call.op)
     if shifted and own_len and hi_len:
         end = own_at + hi_len
         while end > own_at:

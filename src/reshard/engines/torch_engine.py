@@ -15,7 +15,8 @@ import torch.distributed as dist
 from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
 from ..pieces import exchange_packed, pack
-from .base import AllToAllGeometry, CallState, ExchangeRun
+from ..steps import AllToAll
+from .base import CallState, ExchangeRun
 from .gloo_pairwise import pairwise_form
 from .shm import LocalPeers
 
@@ -87,20 +88,20 @@ class TorchEngine:
     def _guard(self, what: str):
         return engine_errors(what, self.rank, self.timeout)
 
-    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAllGeometry) -> ExchangeRun:
+    def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAll) -> ExchangeRun:
         """gloo: one message per peer; NCCL (or gloo with ``pairwise`` off): pack, one
         ``all_to_all_single``, unpack where the pieces are not runs of the result."""
         if self.pairwise:
             return pairwise_form(call, x, geometry)
         g = geometry
 
-        def run_packed(k: CallState, xt: Any, sent: Any = None) -> Any:
+        def run_packed(k: CallState, xt: Any, prepared: Any = None) -> Any:
             send, send_shapes = pack(k, xt, g.split_dim, g.send_sizes)
             return exchange_packed(k, send, send_shapes, g.recv_shapes, g.out_shape, g.concat_dim, xt)
 
         return run_packed
 
-    def pack_ahead(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
+    def prepare_send(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
         return None  # each form packs as it sends
 
     def alltoallv(

@@ -1,0 +1,254 @@
+"""THE planner: for every public collective, the typed steps (``steps``) one rank runs.
+
+Each function takes what the agreement told every rank (the ranks' shapes, split sizes or
+counts) or the global shape and layouts, and returns this rank's ``RankPlan`` in time and
+memory proportional to its own pieces: a list of its peers at most, never a transfer per pair
+of ranks. A world of N ranks is the mesh ``(N,)``: ``redistribute`` on it takes the world's
+collectives (one all_to_all, all_gather, reduce_scatter or local step, as ``plan.make_plan``
+decides); on a larger mesh, the reductions of Partial sources on their mesh dims, then one
+exchange of boxes (``mesh_plan.MeshPlan``). Pure: no engine, no array library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .layout import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    mesh_region,
+    normalize_dim,
+    ravel,
+    shard_range,
+    shard_sizes,
+    unravel,
+)
+from .mesh_plan import MeshPlan
+from .plan import make_plan
+from .steps import (
+    AllGather,
+    AllToAll,
+    AllToAllV,
+    ExchangeBoxes,
+    Gather,
+    Keep,
+    OnMeshDim,
+    RankPlan,
+    ReduceScatter,
+    Shape,
+    Step,
+    with_dim,
+)
+
+
+def _piece(length: int, parts: int, index: int) -> int:
+    a, b = shard_range(length, parts, index)
+    return b - a
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def all_to_all(rank: int, shapes: Sequence[Shape], split_dim: int, concat_dim: int,
+               split_sizes: Sequence[int] | None = None) -> RankPlan:
+    """``all_to_all`` given every rank's input shape; ``split_sizes`` (the same on every rank)
+    or else each rank's balanced split of its ``split_dim``."""
+    n, s, c = len(shapes), split_dim, concat_dim
+    mine = tuple(int(v) for v in shapes[rank])
+    send = tuple(split_sizes) if split_sizes is not None else tuple(shard_sizes(mine[s], n))
+    if split_sizes is not None:  # every rank cuts the same way: rank i sends split_sizes[rank]
+        pieces = [send[rank]] * n
+    else:
+        pieces = [_piece(sh[s], n, rank) for sh in shapes]
+    lengths = tuple(pieces) if s == c else tuple(int(sh[c]) for sh in shapes)
+    return RankPlan("all_to_all", rank, n, (AllToAll(mine, s, c, send, with_dim(mine, s, pieces[rank]), lengths),))
+
+
+def all_to_all_v(rank: int, size: int, segments: Sequence[tuple[Sequence[int], Sequence[int]]],
+                 op: str = "all_to_all_v") -> RankPlan:
+    """Rows along dim 0: each segment's (rows to each rank, rows from each rank), in order."""
+    segs = tuple((tuple(int(v) for v in a), tuple(int(v) for v in b)) for a, b in segments)
+    return RankPlan(op, rank, size, (AllToAllV(segs),))
+
+
+def all_gather(rank: int, shapes: Sequence[Shape], dim: int) -> RankPlan:
+    lengths = tuple(int(sh[dim]) for sh in shapes)
+    return RankPlan("all_gather", rank, len(shapes), (AllGather(dim, lengths, with_dim(shapes[rank], dim, sum(lengths))),))
+
+
+def gather(rank: int, shapes: Sequence[Shape], dim: int, root: int) -> RankPlan:
+    return RankPlan("gather", rank, len(shapes), (Gather(dim, tuple(int(sh[dim]) for sh in shapes), root),))
+
+
+def reduce_scatter(rank: int, size: int, dim: int, op: str) -> RankPlan:
+    return RankPlan("reduce_scatter", rank, size, (ReduceScatter(dim, op),))
+
+
+def _all_reduce_steps(shape: Sequence[int], size: int, op: str) -> tuple[Step, ...]:
+    """A reduce_scatter of the flattened tensor, reduced in rank order, then its all_gather."""
+    lengths = tuple(shard_sizes(_numel(shape), size))
+    return ReduceScatter(None, op), AllGather(None, lengths, tuple(int(s) for s in shape))
+
+
+def all_reduce(rank: int, size: int, shape: Sequence[int], op: str) -> RankPlan:
+    return RankPlan("all_reduce", rank, size, _all_reduce_steps(shape, size, op))
+
+
+def redistribute(global_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
+                 mesh_shape: Sequence[int], rank: int, rule: str = "balanced") -> RankPlan:
+    """``redistribute`` of a tensor of ``global_shape`` from ``src`` to ``dst`` (one placement
+    per mesh dim) on a mesh of ``mesh_shape``, as rank ``rank`` runs it. Shards split by
+    ``rule`` (``balanced``, or ``chunk`` as PyTorch DTensor splits)."""
+    shape = tuple(int(g) for g in global_shape)
+    mesh_shape = tuple(int(m) for m in mesh_shape)
+    src, dst = normalized(src, len(shape)), normalized(dst, len(shape))
+    size = _numel(mesh_shape)
+    if src == dst:
+        return RankPlan("redistribute", rank, size, ())
+    if len(mesh_shape) == 1 and rule == "balanced":
+        return RankPlan("redistribute", rank, size, _world(shape, src[0], dst[0], size, rank))
+    return RankPlan("redistribute", rank, size, _mesh(MeshPlan(shape, src, dst, mesh_shape, rule), rank))
+
+
+def normalized(placements: Sequence[Placement], ndim: int) -> tuple[Placement, ...]:
+    """The placements with each Shard's dim counted from the front."""
+    return tuple(Shard(normalize_dim(p.dim, ndim, "Shard dim")) if isinstance(p, Shard) else p for p in placements)
+
+
+def _world(shape: Shape, src: Placement, dst: Placement, n: int, rank: int) -> tuple[Step, ...]:
+    """A world's change as the world's collectives (``make_plan`` decides which)."""
+    steps: list[Step] = []
+    for st in make_plan(shape, src, dst, n, itemsize=1).steps:
+        if st.collective == "all_to_all":
+            s, c = st.split_dim, st.concat_dim
+            in_shape = with_dim(shape, c, _piece(shape[c], n, rank))
+            steps.append(AllToAll(in_shape, s, c, tuple(shard_sizes(shape[s], n)),
+                                  with_dim(in_shape, s, _piece(shape[s], n, rank)), tuple(shard_sizes(shape[c], n))))
+        elif st.collective == "all_gather" and st.dim is not None:
+            steps.append(AllGather(st.dim, tuple(shard_sizes(shape[st.dim], n)), shape))
+        elif st.collective == "all_gather":
+            steps.append(AllGather(None, tuple(shard_sizes(_numel(shape), n)), shape))
+        elif st.collective == "reduce_scatter":
+            steps.append(ReduceScatter(st.dim, st.op))
+        elif st.action == "slice":
+            a, b = shard_range(shape[st.dim], n, rank)
+            steps.append(Keep("slice", dim=st.dim, start=a, length=b - a))
+        elif st.action == "to_partial":
+            steps.append(Keep("to_partial", op=st.op))
+        else:
+            a, b = shard_range(shape[st.dim], n, rank)
+            steps.append(Keep("embed", op=st.op, dim=st.dim, start=a, length=b - a, shape=shape))
+    return tuple(steps)
+
+
+def _mesh(plan: MeshPlan, rank: int) -> tuple[Step, ...]:
+    """A mesh change: each Partial source reduced on its mesh dim, then one exchange of boxes."""
+    coord = unravel(rank, plan.mesh_shape)
+    local = [b - a for a, b in mesh_region(plan.shape, plan.src, coord, plan.mesh_shape, plan.exchange.rule)]
+    steps: list[Step] = []
+    for red in plan.reductions:
+        k = plan.mesh_shape[red.mesh_dim]
+        if red.collective == "reduce_scatter":
+            steps.append(OnMeshDim(red.mesh_dim, "reduce_scatter", (ReduceScatter(red.dim, red.op),)))
+            local[red.dim] = _piece(local[red.dim], k, coord[red.mesh_dim])
+        else:
+            steps.append(OnMeshDim(red.mesh_dim, "all_reduce", _all_reduce_steps(local, k, red.op)))
+    moves = plan.moves()
+    if moves or plan.local_work():  # the same answer on every rank: every rank takes the step
+        sends, recvs = plan.rank_exchange(rank)
+        steps.append(ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs),
+                                   tuple(plan.kept(rank)), plan.fill_op, moves))
+    return tuple(steps)
+
+
+def backward_placements(src: Placement, dst: Placement) -> tuple[Placement, Placement]:
+    """The gradient's layout change for ``src -> dst``: ``dst -> src`` with Partial read as
+    Replicate (the gradient of a sum with respect to each addend is the whole gradient)."""
+    back_src = Replicate() if isinstance(dst, Partial) else dst
+    back_dst = Replicate() if isinstance(src, Partial) else src
+    return back_src, back_dst
+
+
+def rank_traffic(plan: RankPlan, in_shape: Sequence[int], mesh_shape: Sequence[int] | None = None
+                 ) -> list[tuple[str, dict[int, int], dict[int, int]]]:
+    """Per step of ``plan`` (rank ``plan.rank``, input of ``in_shape``): (collective, elements
+    sent to each peer, elements received from each peer), own part excluded, peers as world
+    ranks. What the executor moves, worked out from the plan alone."""
+    out = []
+    shape = tuple(int(s) for s in in_shape)
+    coord = unravel(plan.rank, mesh_shape) if mesh_shape is not None else (plan.rank,)
+    for step in plan.steps:
+        if isinstance(step, OnMeshDim):
+            k = mesh_shape[step.mesh_dim]
+            group = [_with_coord(coord, step.mesh_dim, i, mesh_shape) for i in range(k)]
+            sent: dict[int, int] = {}
+            received: dict[int, int] = {}
+            for sub in step.steps:
+                a, b, shape = _one(sub, coord[step.mesh_dim], k, shape)
+                for p, v in a.items():
+                    sent[group[p]] = sent.get(group[p], 0) + v
+                for p, v in b.items():
+                    received[group[p]] = received.get(group[p], 0) + v
+            out.append((step.collective, sent, received))
+        else:
+            a, b, shape = _one(step, plan.rank, plan.size, shape)
+            out.append((step.collective, a, b))
+    return out
+
+
+def _with_coord(coord: Sequence[int], m: int, value: int, mesh_shape: Sequence[int]) -> int:
+    c = list(coord)
+    c[m] = value
+    return ravel(c, mesh_shape)
+
+
+def _one(step: Step, rank: int, n: int, shape: Shape) -> tuple[dict[int, int], dict[int, int], Shape]:
+    """(sent per peer, received per peer, output shape) of one step on a communicator of ``n``."""
+    def others(values: Sequence[int]) -> dict[int, int]:
+        return {p: int(v) for p, v in enumerate(values) if p != rank and v}
+
+    if isinstance(step, AllToAll):
+        rest = _numel(with_dim(step.in_shape, step.split_dim, 1))
+        rest_in = _numel(with_dim(step.recv_base, step.concat_dim, 1))
+        return (others([k * rest for k in step.send_sizes]), others([k * rest_in for k in step.recv_lengths]),
+                step.out_shape)
+    if isinstance(step, AllToAllV):
+        row = _numel(shape[1:])
+        send = [sum(seg[0][p] for seg in step.segments) * row for p in range(n)]
+        recv = [sum(seg[1][p] for seg in step.segments) * row for p in range(n)]
+        return others(send), others(recv), (sum(sum(seg[1]) for seg in step.segments), *shape[1:])
+    if isinstance(step, (AllGather, Gather)):
+        dim = 0 if step.dim is None else step.dim
+        flat = (_numel(shape),) if step.dim is None else shape
+        rest = _numel(flat) // flat[dim] if flat[dim] else 0
+        pieces = [k * rest for k in step.lengths]
+        if isinstance(step, Gather):
+            to = {step.root: pieces[rank]} if step.root != rank and pieces[rank] else {}
+            return to, (others(pieces) if rank == step.root else {}), with_dim(shape, dim, sum(step.lengths))
+        out = step.shape if step.shape is not None else with_dim(shape, dim, sum(step.lengths))
+        return others([pieces[rank]] * n), others(pieces), out
+    if isinstance(step, ReduceScatter):
+        flat = (_numel(shape),) if step.dim is None else shape
+        dim = 0 if step.dim is None else step.dim
+        rest = _numel(flat) // flat[dim] if flat[dim] else 0
+        sizes = shard_sizes(flat[dim], n)
+        return others([k * rest for k in sizes]), others([sizes[rank] * rest] * n), with_dim(flat, dim, sizes[rank])
+    if isinstance(step, ExchangeBoxes):
+        def per_peer(pairs: Sequence[tuple[int, tuple]]) -> dict[int, int]:
+            acc: dict[int, int] = {}
+            for p, box in pairs:
+                acc[p] = acc.get(p, 0) + _numel([b - a for a, b in box])
+            return {p: v for p, v in acc.items() if v}
+
+        return per_peer(step.sends), per_peer(step.recvs), tuple(b - a for a, b in step.target)
+    if isinstance(step, Keep):
+        if step.action == "slice":
+            return {}, {}, with_dim(shape, step.dim, step.length)
+        return {}, {}, step.shape if step.shape is not None else shape
+    raise TypeError(f"not a step: {step!r}")
