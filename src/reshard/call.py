@@ -58,24 +58,24 @@ class CachedRun:
     prepare: Callable[..., Any] | None = None  # (call, x) -> the run's ``prepared``: local work done early
 
 
-_PLAIN_TYPES = (int, str, Shard, Replicate, Partial)
-
-
 def _plain(value: Any) -> Any:
     """``value`` as a key part: plain ints, strings, placements, None and tuples/lists of them
-    (type included, so True and 1 differ); TypeError for anything else (no replay then)."""
+    (bools tagged, so True and 1 differ; numpy's integers as the int they stand for);
+    TypeError for anything else (no replay then). Runs on every replay: kept cheap."""
     kind = type(value)
-    if value is None:
-        return None
-    if kind is tuple and all(type(v) is int for v in value):  # a shape: the common case, fast
-        return (tuple, value)
-    if kind in (tuple, list):
-        return (kind, tuple(_plain(v) for v in value))
-    if kind not in _PLAIN_TYPES and kind is not bool and hasattr(kind, "__index__"):
-        return (int, operator.index(value))  # numpy's integers: the int they stand for
-    if kind not in _PLAIN_TYPES or (kind is Shard and type(value.dim) is not int):
-        raise TypeError(kind)
-    return (kind, value)
+    if kind is int or kind is str or value is None:
+        return value
+    if kind is tuple or kind is list:
+        return (kind, tuple([_plain(v) for v in value]))
+    if kind is Shard and type(value.dim) is int:  # placements by their fields: cheap to hash
+        return (Shard, value.dim)
+    if kind is Partial:
+        return (Partial, value.op)
+    if kind is Replicate or kind is bool:
+        return (kind, value)
+    if hasattr(kind, "__index__") and kind.__name__ != "bool_":
+        return operator.index(value)  # numpy's integers: the int they stand for
+    raise TypeError(kind)
 
 
 def _op_code(op: str) -> int:

@@ -7,10 +7,10 @@ one ``ExchangeStats`` per call.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class ExecutedStep:
+class ExecutedStep(NamedTuple):
     """One step as this rank ran it: the collective and the bytes that left and arrived."""
 
     collective: str
