@@ -561,3 +561,82 @@ def every_op_steps(comm, arrays):
     out["moe"] = ((np.asarray(inputs).tolist(), np.asarray(back).tolist()), (dispatched, steps()),
                   (handle.segment_send, handle.segment_recv))
     return out
+
+
+def mesh_exchange_copies(comm, mesh_shape, shape, src, dst):
+    """One mesh redistribute and its replay: (result, pack copies, unpack copies) of each."""
+    mesh = rs.Mesh(mesh_shape, comm=comm)
+    full = pattern(shape, "float64")
+    s_pl, d_pl = rs.parse_placements(src), rs.parse_placements(dst)
+    x = mesh_partial_input(full, s_pl, mesh.coord, mesh_shape)
+    out = []
+    for _ in range(2):
+        y = rs.redistribute(np.ascontiguousarray(x), s_pl, d_pl, mesh=mesh)
+        stats = rs.last_exchange()
+        out.append((np.asarray(y).tolist(), stats.pack_copies, stats.unpack_copies))
+    return mesh.coord, out
+
+
+def fft_full(case):
+    """The full input array of an FFT case (the same on every rank and in the parent)."""
+    rng = np.random.default_rng(case["seed"])
+    shape = case["in_shape"]
+    real = rng.standard_normal(shape)
+    a = real if case["kind"] == "rfft" else real + 1j * rng.standard_normal(shape)
+    if case["kind"] == "irfft":  # a Hermitian input: the rfftn of a real array
+        a = np.fft.rfftn(rng.standard_normal(case["real_shape"]), axes=case["axes"])
+    dtype = {"float64": np.float64, "float32": np.float32}[case["dtype"]]
+    if np.iscomplexobj(a):
+        return a.astype(np.complex128 if dtype is np.float64 else np.complex64)
+    return a.astype(dtype)
+
+
+def fft_cases(comm, cases):
+    """Each case: this rank's piece of the transform and of the round trip, and the layout."""
+    out = []
+    for case in cases:
+        mesh = rs.Mesh(case["mesh"], comm=comm)
+        full = fft_full(case)
+        src = rs.parse_placements(case["src"])
+        region = rs.layout.mesh_region(full.shape, src, mesh.coord, mesh.shape)
+        x = np.ascontiguousarray(full[tuple(slice(a, b) for a, b in region)])
+        if case["arrays"] == "torch":
+            import torch
+
+            x = torch.from_numpy(x)
+        fn = {"fft": rs.fft.fftn, "ifft": rs.fft.ifftn, "rfft": rs.fft.rfftn}.get(case["kind"])
+        kw = {"axes": case["axes"], "norm": case["norm"], "dst": case["dst"]}
+        if fn is None:
+            y = rs.fft.irfftn(x, mesh, src, s=case["s"], **kw)
+        else:
+            y = fn(x, mesh, src, **kw)
+        layout = rs.parse_placements(case["dst"]) if case["dst"] else rs.fft.output_layout(
+            full.shape, mesh, src, case["axes"], real=case["kind"] in ("rfft", "irfft"),
+            inverse=case["kind"] in ("ifft", "irfft"))
+        back = None
+        if case["kind"] == "fft":  # the round trip: back to the input's layout
+            back = np.asarray(rs.fft.ifftn(y, mesh, layout, axes=case["axes"], norm=case["norm"], dst=src))
+        out.append((mesh.coord, np.asarray(y), back, [repr(p) for p in layout]))
+    return out
+
+
+def fft_bad_argument(comm, bad_rank):
+    """Rank ``bad_rank`` passes a norm numpy does not know; the others pass valid arguments."""
+    mesh = rs.Mesh((2, 2), comm=comm)
+    x = np.ones((2, 3, 4), dtype=np.complex128)
+    try:
+        rs.fft.fftn(x, mesh, "S(0),S(1)", norm="bogus" if comm.rank == bad_rank else "ortho")
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def fft_scipy_backend(comm):
+    """fftn with backend='scipy': the piece, or the error where scipy is not installed."""
+    mesh = rs.Mesh((4,), comm=comm)
+    full = np.arange(4 * 6 * 5, dtype=np.float64).reshape(4, 6, 5) + 0.5j
+    x = np.ascontiguousarray(full[comm.rank : comm.rank + 1])
+    try:
+        return "ok", np.asarray(rs.fft.fftn(x, mesh, "S(0)", backend="scipy")), rs.fft.output_layout(full.shape, mesh, "S(0)")
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc), None

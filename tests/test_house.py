@@ -32,7 +32,7 @@ LAYERS = [
     ["execute"],
     ["relayout"],
     ["ops"],
-    ["moe"],
+    ["moe", "fft"],
     ["launch.settings", "launch.report", "launch.payload"],
     ["launch.torch_rank", "launch.mpi_rank", "launch.mpi"],
     ["launch.local"],

@@ -29,6 +29,7 @@ _LAZY = {
     "spawn": "launch",
     "plan": "plan",
     "moe": "moe",
+    "fft": "fft",
 }
 
 __all__ = [
@@ -44,7 +45,7 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        value = module if name in ("plan", "moe") else getattr(module, name)
+        value = module if name in ("plan", "moe", "fft") else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'reshard' has no attribute {name!r}")

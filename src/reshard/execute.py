@@ -71,8 +71,9 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
         return lambda k, xt, prepared=None: step_runs.reduce_scatter_core(k, xt, step.dim, step.op)
     if isinstance(step, Keep):
         return lambda k, xt, prepared=None: step_runs.keep(k, xt, step)
-    if isinstance(step, ExchangeBoxes):
-        return step_runs.BoxRun(step)
+    if isinstance(step, ExchangeBoxes):  # on the engine's own collective where it has one for boxes
+        form = getattr(call.adapter, "boxes_form", None)
+        return step_runs.BoxRun(step, form(call, x, step) if form is not None and step.moves else None)
     if isinstance(step, OnMeshDim):
         return _on_mesh_dim(call, step, sub)
     raise TypeError(f"not a step: {step!r}")

@@ -145,8 +145,9 @@ class BoxRun:
     result is received straight into it, one that is a run of the input is sent as it is; the
     rest goes through a buffer (packed before its send, unpacked once it arrived)."""
 
-    def __init__(self, step: ExchangeBoxes) -> None:
+    def __init__(self, step: ExchangeBoxes, form: Any = None) -> None:
         self.step = step
+        self.form = form  # the engine's own collective for the whole exchange: (call, x, out)
         self.held, self.target = step.held, step.target
         self.out_shape = tuple(b - a for a, b in step.target)
         self.by_src: dict[int, list[Box]] = {}
@@ -170,6 +171,8 @@ class BoxRun:
         """The local work done before the exchange: the result with this rank's own part in it,
         and every packed piece (``__call__``'s ``prepared``)."""
         out, keep_own = self.start(k, xt)
+        if self.form is not None:  # the engine's call moves this rank's own part too
+            return out, None
         keep_own()
         return out, list(self._messages(k, xt))
 
@@ -178,7 +181,9 @@ class BoxRun:
             (out, packed), keep_own = prepared, None
         else:
             (out, keep_own), packed = self.start(k, xt), None
-        if self.step.moves:
+        if self.step.moves and self.form is not None:
+            self.form(k, xt, out)  # this rank's own part included, as a message to itself
+        elif self.step.moves:
             self.exchange(k, xt, out, packed, keep_own)
         elif keep_own is not None:
             keep_own()

@@ -62,6 +62,10 @@ class Engine(Protocol):
     def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAll) -> ExchangeRun:
         """This engine's way of running ``geometry`` for inputs like ``x``, worked out once."""
 
+    def boxes_form(self, call: CallState, x: Any, step: Any) -> Callable[..., None] | None:
+        """Optional (MPI): ``exchange(call, x, out)`` moving a mesh exchange's boxes
+        (``steps.ExchangeBoxes``) in one collective call; None leaves ``exchange_pairs``."""
+
     def prepare_send(self, call: CallState, x: Any, split_dim: int, send_sizes: Sequence[int]) -> Callable[[], Any] | None:
         """The pack as a job to run while the check's records travel, where this engine's form
         packs before its exchange; None where it does not (its result is the form's ``prepared``)."""

@@ -28,9 +28,9 @@ from mpi4py import MPI
 
 from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
-from ..steps import AllToAll
+from ..steps import AllToAll, ExchangeBoxes
 from .base import CallState, ExchangeRun
-from .mpi_forms import PeerSend, split_form, typed_fits, typed_form, typed_path_may_take
+from .mpi_forms import PeerSend, boxes_form, split_form, typed_fits, typed_form, typed_path_may_take
 
 INT_MAX = 2**31 - 1
 PAIR_TAG = 0x5253  # reshard's point-to-point messages, apart from a user's
@@ -213,6 +213,23 @@ class MPIEngine:
                 self.free_types()
             self._types[key] = t
         return t
+
+    def boxes_type(self, shape: Sequence[int], boxes: Sequence[Any], itemsize: int) -> Any:
+        """One committed datatype for several boxes (each ``((start, stop), ...)``) of a C-order
+        array ``shape``, in the order given: a struct of their subarray types, cached."""
+        parts = [self.subarray(shape, [b - a for a, b in box], [a for a, _ in box], itemsize) for box in boxes]
+        parts = [t for t in parts if t is not None]
+        if len(parts) <= 1:
+            return parts[0] if parts else None
+        key = ("struct", tuple(shape), tuple(tuple(box) for box in boxes), itemsize)
+        if key not in self._types:
+            self._types[key] = MPI.Datatype.Create_struct([1] * len(parts), [0] * len(parts), parts).Commit()
+        return self._types[key]
+
+    def boxes_form(self, call: CallState, x: Any, step: ExchangeBoxes) -> Callable[..., None] | None:
+        """The exchange of boxes as one ``Alltoallw``, each peer's boxes one datatype on each
+        side: nothing packed, nothing unpacked (see ``mpi_forms.boxes_form``)."""
+        return boxes_form(call, x, step)
 
     def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAll) -> ExchangeRun:
         """Subarray datatypes where they fit (no pack, no unpack), else the byte exchange."""

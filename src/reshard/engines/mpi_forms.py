@@ -17,7 +17,7 @@ from ..arrays import numel
 from ..buffers import alloc, scratch
 from ..layout import offsets
 from ..pieces import as_run, data_ptr, narrow, swap01, unpack_others, with_dim
-from ..steps import AllToAll
+from ..steps import AllToAll, ExchangeBoxes
 from .base import CallState, ExchangeRun
 
 # Byte bounds of the datatype path (a benchmark may narrow them to time the byte path).
@@ -214,3 +214,48 @@ def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
     if not shifted:
         unpack_others(call, out, temp, recv_shapes, c)
     return out
+
+
+def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
+    """``exchange(call, x, out)`` moving every box of ``step`` in one ``Alltoallw``: each
+    peer's boxes are one datatype over the input (held) on the send side and over the result
+    (target) on the receive side; the boxes this rank keeps are its message to itself. None where a box's extent passes
+    ``INT_MAX`` elements (the same answer on every rank: the extents come from the global
+    shape), leaving the point-to-point exchange."""
+    engine, item = call.adapter, call.arrays.itemsize(x)
+    held = [b - a for a, b in step.held]
+    target = [b - a for a, b in step.target]
+    if max([*held, *target, 0]) > INT_MAX:
+        return None
+
+    def rel(box: Any, origin: Any) -> tuple:
+        return tuple((a - o, b - o) for (a, b), (o, _) in zip(box, origin))
+
+    def per_peer(pairs: Any, origin: Any, shape: list[int]) -> tuple[list[Any], int]:
+        boxes: dict[int, list] = {}
+        for p, box in pairs:
+            boxes.setdefault(p, []).append(rel(box, origin))
+        types = [engine.boxes_type(shape, boxes[p], item) if p in boxes else None for p in range(call.size)]
+        return types, sum(numel([b - a for a, b in box]) for _, box in pairs) * item
+
+    send_types, bytes_out = per_peer(step.sends, step.held, held)
+    recv_types, bytes_in = per_peer(step.recvs, step.target, target)
+    if step.kept:  # this rank's own part: a message to itself in the same call (one pass, as a copy)
+        send_types[call.rank] = engine.boxes_type(held, [rel(b, step.held) for b in step.kept], item)
+        recv_types[call.rank] = engine.boxes_type(target, [rel(b, step.target) for b in step.kept], item)
+    exchange = engine.alltoallw_plan(recv_types, send_types, call.op)
+    epoch = engine.types_epoch
+
+    def run(k: CallState, xt: Any, out: Any) -> None:
+        if engine.types_epoch != epoch:  # the engine freed its types since: work them out again
+            return boxes_form(k, xt, step)(k, xt, out)
+        if not k.arrays.is_contiguous(xt):  # the datatypes address a C-order input
+            xt = xt.contiguous() if hasattr(xt, "contiguous") else xt.copy()
+            k.stats.pack_copies += 1
+        exchange(out, xt)
+        k.stats.bytes_sent += bytes_out
+        k.stats.bytes_received += bytes_in
+        k.stats.recv_buffer_ptr = data_ptr(out)
+        return None
+
+    return run

@@ -1,0 +1,161 @@
+"""reshard's distributed FFT beside mpi4py-fft's, on the same MPI ranks, in one run.
+
+    apt-get install libfftw3-dev          # FFTW's headers, which mpi4py-fft's build needs
+    .venv/bin/python -m pip install --no-deps --target benchmarks/.peers mpi4py-fft==2.0.6
+    PYTHONPATH=benchmarks/.peers .venv/bin/python benchmarks/fft_peer.py [--n 128] [--repeats 7]
+
+mpi4py-fft is the peer: it lives in that folder only, never in reshard's dependencies. On 4 MPI
+ranks, an n^3 complex128 array, numpy's FFT on both sides: a slab (reshard's 1x4 mesh against
+mpi4py-fft's ``slab=True``) and a pencil (2x2 against its default grid), each starting from the
+same pieces of the same array. Per case: forward + backward, and each transpose alone (reshard's
+``redistribute`` between the layouts its transform takes, mpi4py-fft's ``Transfer.forward`` /
+``backward`` between the same axes), medians of ``--repeats`` interleaved repetitions, each the
+slowest rank's time; the one-process numpy time beside them (the bound with no communication);
+and the largest error of each library's forward transform against numpy's on the full array.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import reshard as rs
+from reshard.fft import Move, schedule
+
+
+def slowest(comm, seconds: float) -> float:
+    from mpi4py import MPI
+
+    out = np.empty(1)
+    comm.mpi_comm.Allreduce(np.array([seconds]), out, op=MPI.MAX)
+    return float(out[0])
+
+
+def timed(comm, fn) -> float:
+    comm.barrier()
+    started = time.perf_counter()
+    fn()
+    return slowest(comm, time.perf_counter() - started)
+
+
+def case(comm, name: str, mesh_shape: tuple, src: str, slab: bool, n: int, repeats: int) -> dict:
+    from mpi4py_fft import PFFT
+
+    full = np.random.default_rng(0).standard_normal((n, n, n)) + 1j * np.random.default_rng(1).standard_normal((n, n, n))
+    reference = np.fft.fftn(full)
+    theirs = PFFT(comm.mpi_comm, (n, n, n), dtype=np.complex128, backend="numpy", slab=slab)
+    mesh = rs.Mesh(mesh_shape, comm=comm)
+    src_pl = rs.parse_placements(src)
+    region = rs.layout.mesh_region(full.shape, src_pl, mesh.coord, mesh.shape)
+    ours_in = tuple(slice(a, b) for a, b in region)
+    if ours_in != tuple(theirs.local_slice(False)):
+        raise SystemExit(f"{name}: rank {comm.rank} starts from {ours_in}, mpi4py-fft from {theirs.local_slice(False)}")
+    x = np.ascontiguousarray(full[ours_in])
+    u = np.ascontiguousarray(full[theirs.local_slice(False)])
+    u_hat = np.empty(theirs.forward.output_array.shape, dtype=np.complex128)
+    out_layout = rs.fft.output_layout(full.shape, mesh, src_pl)
+
+    def ours_both(check: bool | None = None) -> None:
+        y = rs.fft.fftn(x, mesh, src_pl, check=check)
+        rs.fft.ifftn(y, mesh, out_layout, dst=src_pl, check=check)
+
+    def theirs_both() -> None:
+        theirs.forward(u, u_hat, normalize=False)
+        theirs.backward(u_hat, u, normalize=True)
+
+    # the transposes alone: ours between the layouts our forward takes, theirs between its pencils
+    moves, layout = [], src_pl
+    shape = full.shape
+    for st in schedule(shape, mesh.shape, src_pl, (0, 1, 2), "fft"):
+        if isinstance(st, Move):
+            moves.append((layout, st.layout))
+            layout = st.layout
+    pieces = {}
+    for a, _ in moves:
+        reg = rs.layout.mesh_region(shape, a, mesh.coord, mesh.shape)
+        pieces[a] = np.ascontiguousarray(full[tuple(slice(p, q) for p, q in reg)])
+    # mpi4py-fft's transfers that move data (a slab's first is between identical pieces)
+    real = [i for i, t in enumerate(theirs.transfer) if tuple(t.subshapeA) != tuple(t.subshapeB)]
+    if len(real) != len(moves):
+        raise SystemExit(f"{name}: mpi4py-fft moves data {len(real)} times, reshard {len(moves)}")
+    transposes = []
+    for (a, b), i in zip(moves, real):
+        t = theirs.transfer[i]
+        arr_a = theirs.xfftn[i].forward.output_array
+        arr_b = theirs.xfftn[i + 1].forward.input_array
+        k = len(transposes) // 4 + 1
+        back = rs.redistribute(pieces[a], a, b, mesh=mesh, global_shape=shape)
+        for check in (None, False):
+            tag = "" if check is None else ", check off"
+            transposes.append((f"transpose {k} forward{tag}",
+                               lambda a=a, b=b, c=check: rs.redistribute(pieces[a], a, b, mesh=mesh, global_shape=shape,
+                                                                         check=c),
+                               lambda t=t, arr_a=arr_a, arr_b=arr_b: t.forward(arr_a, arr_b)))
+            transposes.append((f"transpose {k} backward{tag}",
+                               lambda a=a, b=b, back=back, c=check: rs.redistribute(back, b, a, mesh=mesh,
+                                                                                    global_shape=shape, check=c),
+                               lambda t=t, arr_a=arr_a, arr_b=arr_b: t.backward(arr_b, arr_a)))
+
+    def numpy_alone() -> None:
+        if comm.rank == 0:
+            np.fft.ifftn(np.fft.fftn(full))
+
+    samples: dict[str, list[float]] = {}
+    jobs = [("reshard fwd+bwd", ours_both), ("reshard fwd+bwd, check off", lambda: ours_both(False)),
+            ("mpi4py-fft fwd+bwd", theirs_both), ("numpy, one process", numpy_alone)]
+    for what, ours, peer in transposes:
+        jobs += [(f"reshard {what}", ours), (f"mpi4py-fft {what.removesuffix(', check off')}", peer)]
+    for fn in dict(jobs).values():  # warm: plans, datatypes and buffers made once
+        fn()
+    for _ in range(repeats):
+        for key, fn in jobs:
+            samples.setdefault(key, []).append(timed(comm, fn))
+    y = rs.fft.fftn(x, mesh, src_pl)
+    want = reference[tuple(slice(a, b) for a, b in rs.layout.mesh_region(shape, out_layout, mesh.coord, mesh.shape))]
+    scale = float(np.abs(reference).max())
+    ours_err = float(np.abs(y - want).max()) / scale
+    theirs.forward(u, u_hat, normalize=False)
+    theirs_err = float(np.abs(u_hat - reference[theirs.local_slice(True)]).max()) / scale
+    errs = np.array([ours_err, theirs_err])
+    from mpi4py import MPI
+
+    comm.mpi_comm.Allreduce(MPI.IN_PLACE, errs, op=MPI.MAX)
+    return {"case": name, "ms": {k: statistics.median(v) * 1e3 for k, v in samples.items()},
+            "reshard_error": float(errs[0]), "mpi4py_fft_error": float(errs[1]), "repeats": repeats}
+
+
+def job(comm, n: int, repeats: int) -> list[dict]:
+    return [case(comm, "slab 1x4", (1, 4), "R,S(0)", True, n, repeats),
+            case(comm, "pencil 2x2", (2, 2), "S(0),S(1)", False, n, repeats)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    rows = rs.spawn(job, 4, engine="mpi", args=(args.n, args.repeats), timeout=1800)[0]
+    print(f"4 MPI ranks, {args.n}^3 complex128, numpy backend, median of {args.repeats} interleaved repetitions "
+          f"(slowest rank):\n")
+    print("| case | what | mpi4py-fft (ms) | reshard (ms) | reshard / mpi4py-fft |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        ms = row["ms"]
+        print(f"| {row['case']} | numpy in one process, forward + inverse | | {ms['numpy, one process']:.1f} | |")
+        for what in [k.removeprefix("reshard ") for k in ms if k.startswith("reshard ")]:
+            theirs, ours = ms[f"mpi4py-fft {what.removesuffix(', check off')}"], ms[f"reshard {what}"]
+            print(f"| {row['case']} | {what} | {theirs:.1f} | {ours:.1f} | {ours / theirs:.2f}x |")
+        print(f"| {row['case']} | largest error against numpy, over its largest value | "
+              f"{row['mpi4py_fft_error']:.1e} | {row['reshard_error']:.1e} | |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

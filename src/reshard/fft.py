@@ -1,0 +1,314 @@
+"""The distributed FFT: an N-D transform of an array laid out on a process mesh.
+
+A rank transforms locally along the axes it holds whole, then a layout change makes other
+axes whole (the shard moves from an axis still to transform to one already done), and so on:
+a slab decomposition (a mesh with one dim of size > 1) needs one exchange for a 3-D array, a
+pencil (two dims > 1) two. Each exchange is a ``redistribute`` on the mesh; the transforms are
+numpy's (or scipy's) along whole axes, so the result equals ``numpy.fft.fftn`` of the full
+array up to the rounding of a different order of the same sums.
+
+``fftn(x, mesh, src)`` returns the rank's piece of the transform laid out as ``dst``, or with
+``dst=None`` as the last local transform leaves it (no extra exchange), which
+``output_layout`` tells without communication.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidArgument, ReshardError, UnsupportedDType
+from .layout import Partial, Placement, Replicate, Shard, mesh_region, normalize_dim, parse_placements, unravel
+from .mesh import Mesh
+
+__all__ = ["fftn", "ifftn", "rfftn", "irfftn", "output_layout"]
+
+Array = Any
+NORMS = ("backward", "ortho", "forward")
+
+
+@dataclass(frozen=True)
+class Transform:
+    """One local transform: ``kind`` ("fft", "ifft", "rfft" or "irfft") along ``axes``."""
+
+    kind: str
+    axes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Move:
+    """One layout change to ``layout`` (one placement per mesh dim)."""
+
+    layout: tuple[Placement, ...]
+
+
+def _cuts(layout: Sequence[Placement], mesh_shape: Sequence[int], axis: int) -> bool:
+    """Whether some mesh dim of size > 1 splits ``axis``."""
+    return any(isinstance(p, Shard) and p.dim == axis and mesh_shape[m] > 1 for m, p in enumerate(layout))
+
+
+def _whole(layout: Sequence[Placement], mesh_shape: Sequence[int], todo: Sequence[int]) -> list[int]:
+    return [a for a in todo if not _cuts(layout, mesh_shape, a)]
+
+
+def _free(layout: list[Placement], mesh_shape: Sequence[int], axis: int, keep: Sequence[int], ndim: int,
+          prefer: Sequence[Placement] | None = None) -> tuple[Placement, ...]:
+    """``layout`` with every mesh dim that splits ``axis`` moved to another axis: one not in
+    ``keep`` (still to transform) where there is one, preferring the axis ``prefer`` (the
+    result's layout) gives that mesh dim, then an axis nobody splits, the outermost first; else
+    stacked onto another split axis of ``keep``."""
+    out = list(layout)
+    for m, p in enumerate(out):
+        if not (isinstance(p, Shard) and p.dim == axis and mesh_shape[m] > 1):
+            continue
+        done = [a for a in range(ndim) if a not in keep and a != axis]
+        wanted = prefer[m].dim if prefer is not None and isinstance(prefer[m], Shard) else None
+        if wanted in done:
+            out[m] = Shard(wanted)
+            continue
+        spare = [a for a in done if not _cuts(out, mesh_shape, a)] or done
+        if not spare:
+            spare = [a for a in keep if a != axis]
+        if not spare:
+            raise InvalidArgument(f"a 1-D array cannot be transformed on a mesh that splits it (mesh {list(mesh_shape)})")
+        out[m] = Shard(spare[0])  # the outermost: each piece then moves in the longest runs
+    return tuple(out)
+
+
+def schedule(shape: Sequence[int], mesh_shape: Sequence[int], src: Sequence[Placement], axes: Sequence[int],
+             kind: str, prefer: Sequence[Placement] | None = None) -> list[Transform | Move]:
+    """The transforms and layout changes of one N-D transform, in order (pure). ``kind``:
+    fft, ifft, rfft (the last of ``axes`` first, real to complex) or irfft (it last). Each
+    change moves shards toward ``prefer`` where it can (an inverse back to where the forward
+    began needs no extra exchange)."""
+    ndim = len(shape)
+    layout = tuple(src)
+    steps: list[Transform | Move] = []
+    complex_kind = "ifft" if kind in ("ifft", "irfft") else "fft"
+    todo = list(axes)
+
+    def make_whole(axis: int, keep: Sequence[int]) -> None:
+        nonlocal layout
+        if _cuts(layout, mesh_shape, axis):
+            layout = _free(list(layout), mesh_shape, axis, keep, ndim, prefer)
+            steps.append(Move(layout))
+
+    if kind == "rfft":  # the real axis first, alone
+        real = todo.pop()
+        make_whole(real, [real, *todo])
+        steps.append(Transform("rfft", (real,)))
+    last = todo.pop() if kind == "irfft" else None
+    keep = list(todo) + ([last] if last is not None else [])
+    while todo:
+        now = _whole(layout, mesh_shape, todo)
+        if not now:
+            make_whole(_next_axis(layout, mesh_shape, todo, keep, ndim, prefer), keep)
+            now = _whole(layout, mesh_shape, todo)
+        steps.append(Transform(complex_kind, tuple(now)))
+        todo = [a for a in todo if a not in now]
+        keep = [a for a in keep if a not in now]
+    if last is not None:
+        make_whole(last, [last])
+        steps.append(Transform("irfft", (last,)))
+    return steps
+
+
+def _next_axis(layout: Sequence[Placement], mesh_shape: Sequence[int], todo: Sequence[int], keep: Sequence[int],
+               ndim: int, prefer: Sequence[Placement] | None) -> int:
+    """The axis to make whole next: one whose shards can all move where ``prefer`` puts them,
+    where there is one; else the last still to transform."""
+    if prefer is not None:
+        for a in reversed(todo):
+            moved = _free(list(layout), mesh_shape, a, keep, ndim, prefer)
+            if all(moved[m] == layout[m] or moved[m] == prefer[m] for m in range(len(layout))):
+                return a
+    return todo[-1]
+
+
+def _canonical(shape: Sequence[int], mesh_shape: Sequence[int], src: Any, axes: Any, s: Any = None
+               ) -> tuple[tuple[Placement, ...], tuple[int, ...]]:
+    ndim = len(shape)
+    if ndim not in (1, 2, 3):
+        raise InvalidArgument(f"the distributed FFT takes 1-D, 2-D or 3-D arrays; got {ndim} dims")
+    layout = parse_placements(src)
+    if len(layout) != len(mesh_shape):
+        raise InvalidArgument(f"src {list(layout)} needs one placement per mesh dim ({len(mesh_shape)})")
+    if any(isinstance(p, Partial) for p in layout):
+        raise InvalidArgument(f"src {list(layout)}: a Partial input is not a transformable array; reduce it first")
+    layout = tuple(Shard(normalize_dim(p.dim, ndim, "src Shard dim")) if isinstance(p, Shard) else Replicate()
+                   for p in layout)
+    if axes is None:
+        axes = tuple(range(ndim)) if s is None else tuple(range(ndim - len(s), ndim))
+    axes = tuple(normalize_dim(a, ndim, "axes") for a in axes)
+    if not axes or len(set(axes)) != len(axes):
+        raise InvalidArgument(f"axes {list(axes)} must name at least one axis, each once")
+    return layout, axes
+
+
+def output_layout(shape: Sequence[int], mesh_shape: Any, src: Any, axes: Sequence[int] | None = None,
+                  real: bool = False, *, inverse: bool = False) -> tuple[Placement, ...]:
+    """The layout ``fftn`` (``real=True``: ``rfftn``; ``inverse=True``: ``ifftn``, ``irfftn``)
+    leaves its result in with ``dst=None``, for an array of ``shape`` laid out as ``src`` on a
+    mesh of ``mesh_shape`` (or a ``Mesh``)."""
+    mesh_shape = tuple(mesh_shape.shape if isinstance(mesh_shape, Mesh) else mesh_shape)
+    layout, axes = _canonical(shape, mesh_shape, src, axes)
+    kind = ("irfft" if real else "ifft") if inverse else ("rfft" if real else "fft")
+    moves = [st.layout for st in schedule(shape, mesh_shape, layout, axes, kind) if isinstance(st, Move)]
+    return moves[-1] if moves else layout
+
+
+def _local(kind: str, a: Any, axes: tuple[int, ...], norm: str, backend: Any, n: int | None = None) -> Any:
+    if kind == "fft":
+        return backend.fftn(a, axes=axes, norm=norm)
+    if kind == "ifft":
+        return backend.ifftn(a, axes=axes, norm=norm)
+    if kind == "rfft":
+        return backend.rfft(a, axis=axes[0], norm=norm)
+    return backend.irfft(a, n=n, axis=axes[0], norm=norm)
+
+
+def _backend(name: str) -> Any:
+    if name == "numpy":
+        import numpy.fft as backend
+
+        return backend
+    if name == "scipy":
+        try:
+            import scipy.fft as backend
+        except ImportError:
+            from .errors import MissingDependency
+
+            raise MissingDependency("backend='scipy' needs scipy: pip install scipy") from None
+        return backend
+    raise InvalidArgument(f"backend must be 'numpy' or 'scipy', got {name!r}")
+
+
+def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend: str, kind: str,
+         s: Sequence[int] | None = None, check: bool | None = None) -> Array:
+    import numpy as np
+
+    from . import ops
+
+    if not isinstance(mesh, Mesh):
+        raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
+    torch_in = type(x).__module__.split(".")[0] == "torch"
+    a = x.detach().cpu().numpy() if torch_in else x
+    error, layout, lib = None, (), None
+    try:  # this rank's arguments; every rank learns below whether any rank's were wrong
+        if norm not in NORMS:
+            raise InvalidArgument(f"norm must be one of {NORMS}, got {norm!r}")
+        lib = _backend(backend)
+        if not isinstance(a, np.ndarray):
+            raise InvalidArgument(f"x must be a numpy array or torch tensor, got {type(x).__name__}")
+        if kind == "rfft" and a.dtype.kind == "c":
+            raise UnsupportedDType(f"rfftn takes real values, got {a.dtype}")
+        if a.dtype.kind not in "fc":
+            raise UnsupportedDType(f"x has dtype {a.dtype}: the FFT takes floating or complex values")
+        layout, axes = _canonical(a.shape, mesh.shape, src, axes, s)
+        if s is not None and len(s) != len(axes):
+            raise InvalidArgument(f"s {list(s)} needs one length per transformed axis ({len(axes)})")
+    except ReshardError as exc:
+        error = exc
+    shape = _global_shape(ops, mesh, a, layout, error)
+    n_last = None
+    if kind == "irfft":
+        m = shape[axes[-1]]
+        n_last = int(s[-1]) if s is not None else 2 * (m - 1)
+        if n_last < 1 or n_last // 2 + 1 != m:
+            raise InvalidArgument(f"s[-1]={n_last} does not fit the last transformed axis of length {m} (n // 2 + 1)")
+    want = None
+    if dst is not None:
+        want = tuple(Shard(normalize_dim(p.dim, len(shape), "dst Shard dim")) if isinstance(p, Shard) else p
+                     for p in parse_placements(dst))
+    current = layout
+    for st in schedule(shape, mesh.shape, layout, axes, kind, want):
+        if isinstance(st, Move):
+            a = ops.redistribute(a, current, st.layout, mesh=mesh, global_shape=shape, check=check)
+            current = st.layout
+        else:
+            a = _local(st.kind, a, st.axes, norm, lib, n_last)
+            if st.kind in ("rfft", "irfft"):
+                ax = st.axes[0]
+                shape = tuple((shape[d] // 2 + 1 if st.kind == "rfft" else n_last) if d == ax else shape[d]
+                              for d in range(len(shape)))
+    if want is not None:
+        if want != current:
+            a = ops.redistribute(a, current, want, mesh=mesh, global_shape=shape, check=check)
+    if torch_in:
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(a))
+    return a
+
+
+def _global_shape(ops: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], error: Exception | None
+                  ) -> tuple[int, ...]:
+    """The global shape from every rank's piece, in one small all-gather that also carries
+    whether each rank's arguments were valid: every rank raises when any rank's were not."""
+    import numpy as np
+
+    ndim = a.ndim if hasattr(a, "ndim") else 0
+    mine = np.array([[0 if error is None else 1, *(int(v) for v in getattr(a, "shape", ()))]], dtype=np.int64)
+    every = np.asarray(ops.all_gather(mine, 0, comm=mesh.comm))
+    bad = [r for r in range(mesh.size) if every[r, 0]]
+    if bad:
+        if error is not None:
+            raise error
+        raise InvalidArgument(f"rank {bad[0]} rejected its arguments to the FFT (its own error says why)")
+    shape = []
+    for d in range(ndim):
+        total = 0
+        for r in range(mesh.size):  # the ranks at coordinate 0 on every mesh dim that does not split d
+            coord = unravel(r, mesh.shape)
+            if all(coord[m] == 0 for m, p in enumerate(layout) if not (isinstance(p, Shard) and p.dim == d)):
+                total += int(every[r, 1 + d])
+        shape.append(total)
+    for r in range(mesh.size):
+        want = tuple(b - a for a, b in mesh_region(shape, layout, unravel(r, mesh.shape), mesh.shape))
+        if want != tuple(int(v) for v in every[r, 1:]):
+            raise InvalidArgument(f"rank {r} holds a piece of shape {every[r, 1:].tolist()}, but {list(layout)} of "
+                                  f"the global shape {shape} gives it {list(want)} (shards follow the balanced rule)")
+    return tuple(shape)
+
+
+def fftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst: Any = None,
+         norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
+    """The N-D discrete Fourier transform of the array whose piece on this rank is ``x``.
+
+    Args:
+      x: this rank's piece of a 1-D, 2-D or 3-D array laid out as ``src`` on ``mesh`` (one
+        placement per mesh dim: Shard or Replicate; shards by the balanced rule).
+      axes: the axes to transform (default all), as numpy's ``axes``.
+      dst: the layout of the result; None: the one the last local transform leaves
+        (``output_layout``), with no extra exchange.
+      norm: ``backward``, ``ortho`` or ``forward``, as numpy's.
+      backend: ``numpy`` or ``scipy`` (``scipy.fft``, where installed).
+      check: the cross-rank check of each layout change (default: the communicator's); the
+        arguments and the pieces' shapes are checked on every rank first, whatever it says.
+
+    Returns:
+      This rank's piece of ``numpy.fft.fftn(full, axes=axes, norm=norm)``, complex, laid out as
+      ``dst``. numpy in, numpy out; torch in, torch out (CPU).
+    """
+    return _run(x, mesh, src, axes, dst, norm, backend, "fft", check=check)
+
+
+def ifftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst: Any = None,
+          norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
+    """The inverse of ``fftn``: this rank's piece of ``numpy.fft.ifftn(full, axes=axes, norm=norm)``."""
+    return _run(x, mesh, src, axes, dst, norm, backend, "ifft", check=check)
+
+
+def rfftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst: Any = None,
+          norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
+    """The transform of real values: this rank's piece of ``numpy.fft.rfftn(full, axes=axes,
+    norm=norm)`` (the last of ``axes`` shortened to ``n // 2 + 1``)."""
+    return _run(x, mesh, src, axes, dst, norm, backend, "rfft", check=check)
+
+
+def irfftn(x: Array, mesh: Mesh, src: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+           dst: Any = None, norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
+    """The inverse of ``rfftn``: this rank's piece of ``numpy.fft.irfftn(full, s=s, axes=axes,
+    norm=norm)``; ``s[-1]`` gives the last axis' length (odd lengths need it)."""
+    return _run(x, mesh, src, axes, dst, norm, backend, "irfft", s, check=check)

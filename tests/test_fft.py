@@ -1,0 +1,129 @@
+"""The distributed FFT against numpy's on the full array: forward, inverse, real forms, on
+slabs and pencils of 4 ranks, uneven and odd shapes, length-1 axes, both engines. The error is
+the largest absolute difference over the largest absolute value of the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rank_fns
+import reshard as rs
+from reshard.fft import Move, schedule
+
+MESHES = [(4,), (1, 4), (4, 1), (2, 2)]
+TOL = {"float64": 1e-12, "float32": 1e-5}
+
+
+@st.composite
+def cases(draw, kind=None):
+    kind = kind or draw(st.sampled_from(["fft", "ifft", "rfft", "irfft"]))
+    ndim = draw(st.sampled_from([2, 3]))
+    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=ndim, max_size=ndim)))
+    mesh = draw(st.sampled_from(MESHES))
+    axes = tuple(draw(st.permutations(range(ndim)))[: draw(st.integers(1, ndim))])
+    case = {"kind": kind, "mesh": mesh, "axes": axes, "norm": draw(st.sampled_from(["backward", "ortho", "forward"])),
+            "dtype": draw(st.sampled_from(["float64", "float32"])), "seed": draw(st.integers(0, 2**16)),
+            "arrays": draw(st.sampled_from(["numpy", "torch"])), "dst": None, "s": None}
+    if kind == "irfft":
+        case["real_shape"] = shape
+        last = axes[-1]
+        case["in_shape"] = tuple(n // 2 + 1 if d == last else n for d, n in enumerate(shape))
+        case["s"] = [shape[a] for a in axes]
+    else:
+        case["in_shape"] = shape
+    src = [draw(st.sampled_from([f"S({d})" for d in range(ndim)] + ["R"])) for _ in mesh]
+    case["src"] = ",".join(src)
+    if draw(st.booleans()):
+        case["dst"] = ",".join(draw(st.sampled_from([f"S({d})" for d in range(ndim)] + ["R"])) for _ in mesh)
+    return case
+
+
+def _reference(case):
+    full = rank_fns.fft_full(case)
+    fn = {"fft": np.fft.fftn, "ifft": np.fft.ifftn, "rfft": np.fft.rfftn}.get(case["kind"])
+    if fn is None:
+        return full, np.fft.irfftn(full, s=case["s"], axes=case["axes"], norm=case["norm"])
+    return full, fn(full, axes=case["axes"], norm=case["norm"])
+
+
+def _check(cases_, results):
+    for k, case in enumerate(cases_):
+        full, want = _reference(case)
+        tol = TOL[case["dtype"]]
+        scale = max(float(np.abs(want).max()), 1e-300)
+        for coord, y, back, layout in (results[r][k] for r in range(4)):
+            out_layout = rs.parse_placements(case["dst"] or ",".join(layout))
+            region = rs.layout.mesh_region(want.shape, out_layout, coord, case["mesh"])
+            piece = want[tuple(slice(a, b) for a, b in region)]
+            assert y.shape == piece.shape, (case, coord, y.shape, piece.shape)
+            err = float(np.abs(y - piece).max()) / scale if piece.size else 0.0
+            assert err <= tol, (case, coord, err)
+            if back is not None:
+                region = rs.layout.mesh_region(full.shape, rs.parse_placements(case["src"]), coord, case["mesh"])
+                orig = full[tuple(slice(a, b) for a, b in region)]
+                err = float(np.abs(back - orig).max()) / max(float(np.abs(full).max()), 1e-300) if orig.size else 0.0
+                assert err <= tol, ("round trip", case, coord, err)
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batch=st.lists(cases(), min_size=12, max_size=12))
+def test_distributed_fft_equals_numpy_on_the_full_array(engine, batch):
+    results = rs.spawn(rank_fns.fft_cases, 4, engine=engine, args=(batch,), timeout=300)
+    _check(batch, results)
+
+
+def test_slab_and_pencil_schedules_use_one_and_two_exchanges():
+    """A 3-D array: one layout change on a slab, two on a pencil, and the result's layout."""
+    assert [type(s).__name__ for s in schedule((8, 8, 8), (4,), (rs.Shard(0),), (0, 1, 2), "fft")] == [
+        "Transform", "Move", "Transform"]
+    steps = schedule((8, 8, 8), (2, 2), (rs.Shard(0), rs.Shard(1)), (0, 1, 2), "fft")
+    assert [type(s).__name__ for s in steps] == ["Transform", "Move", "Transform", "Move", "Transform"]
+    assert [s.layout for s in steps if isinstance(s, Move)][-1] == rs.fft.output_layout((8, 8, 8), (2, 2), "S(0),S(1)")
+    assert rs.fft.output_layout((8, 8, 8), (4,), "S(0)") == (rs.Shard(1),)
+    # the inverse back to where the forward began takes as many exchanges, and ends there
+    back = schedule((8, 8, 8), (2, 2), (rs.Shard(1), rs.Shard(2)), (0, 1, 2), "ifft", (rs.Shard(0), rs.Shard(1)))
+    assert [type(s).__name__ for s in back] == ["Transform", "Move", "Transform", "Move", "Transform"]
+    assert back[-2].layout == (rs.Shard(0), rs.Shard(1))
+
+
+def test_a_bad_argument_on_one_rank_raises_on_every_rank():
+    results = rs.spawn(rank_fns.fft_bad_argument, 4, engine="gloo", args=(2,), timeout=120)
+    assert all(r is not None and r[0] == "InvalidArgument" for r in results), results
+    assert "norm must be one of" in results[2][1]
+    assert all("rank 2" in r[1] for i, r in enumerate(results) if i != 2), results
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+def test_example_poisson_solve_matches_one_process(engine):
+    import sys
+    from pathlib import Path
+
+    examples = str(Path(__file__).resolve().parents[1] / "examples")
+    sys.path.append(examples)  # here and in the rank processes, which import the example by name
+    try:
+        import fft3d
+
+        vs_numpy, vs_exact = fft3d.run(engine, 16)
+    finally:
+        sys.path.remove(examples)
+    assert vs_numpy <= 1e-12 and vs_exact <= 1e-10, (vs_numpy, vs_exact)
+
+
+def test_the_scipy_backend_transforms_or_says_what_to_install():
+    import importlib.util
+
+    results = rs.spawn(rank_fns.fft_scipy_backend, 4, engine="gloo", timeout=120)
+    if importlib.util.find_spec("scipy") is None:
+        assert all(r[0] == "MissingDependency" and "pip install scipy" in r[1] for r in results), results
+        return
+    full = np.arange(4 * 6 * 5, dtype=np.float64).reshape(4, 6, 5) + 0.5j
+    want = np.fft.fftn(full)
+    for r, (status, piece, layout) in enumerate(results):
+        assert status == "ok"
+        region = rs.layout.mesh_region(full.shape, layout, (r,), (4,))
+        ref = want[tuple(slice(a, b) for a, b in region)]
+        assert np.abs(piece - ref).max() <= 1e-12 * np.abs(want).max()
