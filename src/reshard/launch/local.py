@@ -11,16 +11,19 @@ and the directory removed, whatever happens.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import multiprocessing.connection
 import os
 import pickle
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .. import activity
@@ -97,7 +100,7 @@ def _spawn_torch(payload: bytes, size: int, engine: str, timeout: float, check: 
     job = _Job(size)
     try:
         env = dict(os.environ)
-        with main_not_imported():
+        with main_not_imported(), _ctrl_c_after_start():
             for rank in range(size):
                 recv_end, send_end = ctx.Pipe(duplex=False)
                 err_end, err_send = ctx.Pipe(duplex=False)
@@ -209,6 +212,19 @@ class _Job:
         tail = self.stderr[rank].decode(errors="replace").strip().splitlines()[-15:]
         said = ("; the last lines it wrote to stderr:\n" + "\n".join(tail)) if tail else "; it wrote nothing to stderr"
         return f"rank {rank} {how} before reporting a result{said}"
+
+
+@contextlib.contextmanager
+def _ctrl_c_after_start() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) while the ranks start, so that one pressed then arrives once every
+    rank started is known and can be stopped (else a rank half-started is left running)."""
+    hold = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
+    try:
+        yield
+    finally:
+        if hold:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _stop(procs: list[Any]) -> None:

@@ -48,6 +48,8 @@ def run(
     env: dict[str, str], conn: Any, err_conn: Any,
 ) -> None:
     _die_with_parent()
+    if hasattr(signal, "pthread_sigmask"):  # a fork server started while rs.spawn held Ctrl-C holds it too
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.dup2(err_conn.fileno(), 2)  # this rank's stderr goes back to rs.spawn
     err_conn.close()
     faulthandler.enable()  # a crash leaves its traceback there too
