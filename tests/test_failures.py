@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -61,7 +62,11 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(
         f"""
-        import sys
+        import signal, sys
+        # As from a terminal: Ctrl-C raises here, whatever the test process holds or ignores
+        # (a child inherits both, and the suite's own process may have either by now).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
         sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
         import reshard as rs, rank_fns
         if __name__ == "__main__":
@@ -82,7 +87,13 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
     assert len(ranks) == 3
     everyone = parent.children(recursive=True)
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:  # fail, but leave no process behind for the tests after this one
+        for p in [parent, *everyone]:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        raise
     gone, alive = psutil.wait_procs(everyone, timeout=30)
     assert alive == [], alive
     assert not list(tmp_path.glob("reshard-spawn-*"))
