@@ -147,7 +147,6 @@ class OnMeshDim:
 
 
 Step = AllToAll | AllToAllV | AllGather | Gather | ReduceScatter | Keep | ExchangeBoxes | OnMeshDim
-STEP_TYPES = (AllToAll, AllToAllV, AllGather, Gather, ReduceScatter, Keep, ExchangeBoxes, OnMeshDim)
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,3 @@ class RankPlan:
     def reverse(self) -> RankPlan:
         """The backward of an exchange-only plan: each step reversed, in reverse order."""
         return RankPlan(f"{self.op} (backward)", self.rank, self.size, tuple(s.reverse() for s in reversed(self.steps)))
-
-    @property
-    def collectives(self) -> list[str]:
-        return [s.collective for s in self.steps]
