@@ -83,6 +83,11 @@ def replay_stats(comm, op, kind, check, calls=3):
     return results
 
 
+def replay_stats_of_ops(comm, ops, kind, check):
+    """``replay_stats`` of each op in turn: op -> its calls."""
+    return {op: replay_stats(comm, op, kind, check) for op in ops}
+
+
 def mismatch_after_replay(comm, bad_rank, change):
     """Two good calls (the second replays), one where ``bad_rank`` changes ``change``, then a
     good one again. Returns what each call gave: 'ok', or the error class and message."""

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
+from cli_run import reshard_cli
 from reshard import bench
-from test_cli import reshard_cli
 
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 
@@ -36,7 +36,7 @@ def test_wrong_counts_elements():
 def test_bench_runs_and_checks(op, tmp_path):
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     run = reshard_cli("bench", "--ranks", "2", "--op", op, "--sizes", "64K,256K", "--iters", "2", "--warmup", "1",
-                      "--json", str(out), "--plot", str(png), timeout=300)
+                      "--json", str(out), "--plot", str(png))
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads(out.read_text())
     methods = {r["method"] for r in data["rows"]}
@@ -55,7 +55,7 @@ def test_bench_runs_and_checks(op, tmp_path):
 @pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
 def test_bench_on_mpi(tmp_path):
     out = tmp_path / "r.json"
-    run = reshard_cli("bench", "--engine", "mpi", "--ranks", "2", "--sizes", "64K", "--iters", "2", "--json", str(out), timeout=300)
+    run = reshard_cli("bench", "--engine", "mpi", "--ranks", "2", "--sizes", "64K", "--iters", "2", "--json", str(out))
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads(out.read_text())["rows"]
     assert {r["method"] for r in rows} == {"reshard", "reshard-nocheck", "raw", "memcpy"}
@@ -76,7 +76,7 @@ def test_moe_by_hand_baseline_is_checked(engine, extra, tmp_path):
     # k results: with identity experts and weights 1/k its output must be the tokens, exactly
     out = tmp_path / "r.json"
     run = reshard_cli("bench", "--engine", engine, "--ranks", "2", "--op", "moe", "--sizes", "256K", "--iters", "2",
-                      "--methods", "reshard,raw,raw+local", "--json", str(out), *extra, timeout=300)
+                      "--methods", "reshard,raw,raw+local", "--json", str(out), *extra)
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads(out.read_text())
     assert {r["method"] for r in data["rows"]} == {"reshard", "raw", "raw+local"}
@@ -87,7 +87,7 @@ def test_moe_by_hand_baseline_is_checked(engine, extra, tmp_path):
 def test_bench_on_a_mesh_counts_the_bytes_each_method_sends(tmp_path):
     out = tmp_path / "m.json"
     run = reshard_cli("bench", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "S(1),S(0)", "--sizes", "256K",
-                      "--iters", "2", "--warmup", "1", "--json", str(out), timeout=300)
+                      "--iters", "2", "--warmup", "1", "--json", str(out))
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"reshard", "reshard-nocheck", "dtensor"} and all(r["wrong"] == 0 for r in rows.values())

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from cli_run import reshard_cli
 from reshard.demo import global_matrix, verify
 from reshard.layout import Shard, local_shard
-
-
-def reshard_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "reshard.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_demo_shows_the_row_to_column_example():

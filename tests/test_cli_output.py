@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from cli_run import reshard_cli
 from reshard.cli import build_parser
 
 
@@ -39,13 +40,13 @@ def test_piped_output_is_whole_and_readable_without_colour(command):
 
 
 def test_korean_translates_every_cell():
-    run = _cli("explain", "--lang", "ko")
+    run = reshard_cli("explain", "--lang", "ko", columns=None)
     assert run.returncode == 0, run.stderr
     table = run.stdout.split("┏", 1)[1].split("┘", 1)[0]
     for english in ("rows", "cols", "nothing", "sum of", "yes", "no ", "one rank"):
         assert english not in table, english
     assert "행 0-5, 열 0-1" in table and "없음" in table and "부분합의 합" in table
-    demo = _cli("demo", "--lang", "ko")
+    demo = reshard_cli("demo", "--lang", "ko", columns=None)
     assert "행 0-1, 열 0-5" in demo.stdout and "rows" not in demo.stdout
 
 
@@ -80,7 +81,7 @@ def test_version():
 ])
 def test_demo_on_a_mesh_draws_the_ranks_as_a_grid(args, needles, tmp_path):
     png, page = tmp_path / "m.png", tmp_path / "m.html"
-    run = _cli("demo", "--mesh", "2x2", "--shape", "8x8", *args, "--png", str(png), "--html", str(page))
+    run = reshard_cli("demo", "--mesh", "2x2", "--shape", "8x8", *args, "--png", str(png), "--html", str(page), columns=None)
     assert run.returncode == 0, run.stdout + run.stderr
     for needle in needles:
         assert needle in run.stdout, (needle, run.stdout)

@@ -6,9 +6,9 @@ import copy
 import functools
 import json
 
+from cli_run import reshard_cli
 from reshard.explain import answer
 from reshard.plan import make_plan
-from test_cli import reshard_cli
 
 
 @functools.cache

@@ -54,7 +54,8 @@ def _check(mesh_shape, shape, pairs, results):
                 assert received == plan.exchange.lower_bound(r) * 8, (src, dst, r, steps)
 
 
-# Shared memory carries the same messages as gloo's own: one mesh shape suffices for it.
+# Shared memory carries the same messages as gloo's own: one mesh shape suffices for it. A
+# mesh with a dim of size 1 (a slab) takes every third pair on gloo, every pair on MPI.
 @pytest.mark.parametrize(("engine", "mesh_shape"), [
     *((e, m) for e in ("gloo", "mpi") for m in ((2, 2), (1, 4), (4, 1))), ("gloo-shm", (2, 2))])
 def test_every_pair_on_a_2d_mesh(engine, mesh_shape, monkeypatch):
@@ -62,6 +63,8 @@ def test_every_pair_on_a_2d_mesh(engine, mesh_shape, monkeypatch):
         monkeypatch.setenv("RESHARD_SHM_MIN_BYTES", "0")
         engine = "gloo"
     pairs = list(itertools.product(_layouts(2), repeat=2))
+    if engine == "gloo" and 1 in mesh_shape:
+        pairs = pairs[::3]
     results = rs.spawn(rank_fns.mesh_pairs, 4, engine=engine, args=(mesh_shape, (5, 6, 3), pairs, "numpy"), timeout=600)
     _check(mesh_shape, (5, 6, 3), pairs, results)
 

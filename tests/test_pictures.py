@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
+from cli_run import reshard_cli
 from reshard.layout import Partial, Shard
 from reshard.viz import pictures as viz
 from reshard.viz.blocks import blocks
 from reshard.viz.scenes import FIVE, change_scene, collective_scene
-from test_cli import reshard_cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian package chromium)")
