@@ -83,6 +83,39 @@ def replay_stats(comm, op, kind, check, calls=3):
     return results
 
 
+def calls_built_per_replay(comm):
+    """How many ``Call`` objects a replay builds, per kind of replay, and (correct, replayed)
+    per replay; the count comes from wrapping ``Call.__init__`` in this rank process."""
+    from reshard import call as call_module
+
+    built = [0]
+    init = call_module.Call.__init__
+
+    def counting(self, *args, **kwargs):
+        built[0] += 1
+        init(self, *args, **kwargs)
+
+    n, r = comm.size, comm.rank
+    full = pattern((4 * n + 1, 3 * n + 2), "float32", 0)
+    rows, cols = balanced(full.shape[0], n), balanced(full.shape[1], n)
+    x = np.ascontiguousarray(take(full, 0, starts(rows)[r], starts(rows)[r] + rows[r]))
+    want = take(full, 1, starts(cols)[r], starts(cols)[r] + cols[r])
+    kinds = {"check off, global_shape given": {"global_shape": full.shape, "check": False},
+             "check off, shapes learned": {"check": False}, "check on": {"check": True}}
+    counts, outcomes = {}, []
+    call_module.Call.__init__ = counting
+    try:
+        for name, kwargs in kinds.items():
+            rs.redistribute(x, rs.Shard(0), rs.Shard(1), **kwargs)  # the first call makes the plan
+            built[0] = 0
+            got = rs.redistribute(x, rs.Shard(0), rs.Shard(1), **kwargs)
+            counts[name] = built[0]
+            outcomes.append((_same(got, want), rs.last_exchange().replayed))
+    finally:
+        call_module.Call.__init__ = init
+    return counts, outcomes
+
+
 def replay_stats_of_ops(comm, ops, kind, check):
     """``replay_stats`` of each op in turn: op -> its calls."""
     return {op: replay_stats(comm, op, kind, check) for op in ops}

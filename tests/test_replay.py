@@ -54,9 +54,19 @@ def test_second_call_replays_and_matches_the_oracle(engine, op, check):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_numpy_in_numpy_out_on_replay(engine):
-    for calls in rs.spawn(replay_rank.replay_stats, 2, engine=engine, args=("redistribute", "numpy", True)):
+@pytest.mark.parametrize("op", ["redistribute", "redistribute_global"])
+@pytest.mark.parametrize("check", [True, False])
+def test_numpy_in_numpy_out_on_replay(engine, op, check):
+    for calls in rs.spawn(replay_rank.replay_stats, 2, engine=engine, args=(op, "numpy", check)):
         assert [(ok, replayed) for ok, replayed, *_ in calls] == [(True, False), (True, True), (True, True)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_unchecked_replay_that_needs_nothing_from_its_peers_builds_no_call(engine):
+    # the path a training loop's repeated call takes: signature, plan, steps; nothing else
+    for built, outcomes in rs.spawn(replay_rank.calls_built_per_replay, 2, engine=engine):
+        assert all(ok and replayed for ok, replayed in outcomes), outcomes
+        assert built == {"check off, global_shape given": 0, "check off, shapes learned": 1, "check on": 1}, built
 
 
 @st.composite

@@ -21,6 +21,11 @@ def is_torch(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def data_ptr(a: Any) -> int:
+    """The address of an array's or tensor's first element."""
+    return a.data_ptr() if is_torch(a) else a.__array_interface__["data"][0]
+
+
 def is_numpy(x: Any) -> bool:
     return isinstance(x, np.ndarray)
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import execute, planner, relayout, validate
-from .call import MISS, Call
+from .call import Call, begin
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
 from .layout import REDUCE_OPS, Shard, normalize_dim, shard_sizes
@@ -57,9 +57,8 @@ def all_to_all(
 
     Copies: at most one pack and one unpack; the engine's form decides (see ``reshard.execute``).
     """
-    call = Call("all_to_all", x, comm, check, ("split_dim", "concat_dim"))
-    replayed = call.replay((split_dim, concat_dim, split_sizes))
-    if replayed is not MISS:
+    replayed, call = begin("all_to_all", x, comm, check, (split_dim, concat_dim, split_sizes), ("split_dim", "concat_dim"))
+    if call is None:
         return replayed
     args = call.validate(validate.all_to_all, call.size, split_dim, concat_dim, split_sizes)
     prepare = None
@@ -122,9 +121,8 @@ def all_gather(x: Array, dim: int = 0, comm: Comm | None = None, *, check: bool 
     ``x``: ``[..., L_r, ...]`` (``L_r`` at ``dim``; other dims agree across ranks).
     Returns ``[..., sum over i of L_i, ...]`` on every rank: the full tensor, replicated.
     """
-    call = Call("all_gather", x, comm, check, ("dim",))
-    replayed = call.replay((dim,))
-    if replayed is not MISS:
+    replayed, call = begin("all_gather", x, comm, check, (dim,), ("dim",))
+    if call is None:
         return replayed
     d = call.validate(lambda xt: normalize_dim(dim, xt.ndim, "dim"))
     call.record.args = (d,) if d is not None else ()
@@ -137,9 +135,8 @@ def gather(x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, ch
 
     ``x``: ``[..., L_r, ...]``. Returns ``[..., sum over i of L_i, ...]`` on ``dst``, None elsewhere.
     """
-    call = Call("gather", x, comm, check, ("dim", "dst"))
-    replayed = call.replay((dim, dst))
-    if replayed is not MISS:
+    replayed, call = begin("gather", x, comm, check, (dim, dst), ("dim", "dst"))
+    if call is None:
         return replayed
     args = call.validate(validate.gather, call.size, dim, dst)
     if args is not None:
@@ -156,9 +153,8 @@ def reduce_scatter(
     ``x``: ``[..., L, ...]``, the same shape on every rank. Returns ``[..., sizes[r], ...]``
     with ``sizes = shard_sizes(L, N)``: values summed (or maxed...) across ranks, in rank order.
     """
-    call = Call("reduce_scatter", x, comm, check, ("dim", "op"))
-    replayed = call.replay((dim, op))
-    if replayed is not MISS:
+    replayed, call = begin("reduce_scatter", x, comm, check, (dim, op), ("dim", "op"))
+    if call is None:
         return replayed
     d = call.validate(validate.reduce_scatter, dim, op)
     if d is not None:
@@ -173,9 +169,8 @@ def all_reduce(x: Array, op: str = "sum", comm: Comm | None = None, *, check: bo
     ``x``: any shape, the same on every rank. Returns the same shape, bit-identical on every
     rank (a reduce_scatter, reduced in rank order, then an all_gather).
     """
-    call = Call("all_reduce", x, comm, check, ("op",))
-    replayed = call.replay((op,))
-    if replayed is not MISS:
+    replayed, call = begin("all_reduce", x, comm, check, (op,), ("op",))
+    if call is None:
         return replayed
     if call.validate(validate.reducible, op, need_dims=False) is not None:
         call.record.args = (REDUCE_OPS.index(op),)

@@ -9,15 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .arrays import is_torch, numel
+from .arrays import data_ptr, is_torch, numel
 from .buffers import alloc, scratch
 from .layout import offsets
 
 Array = Any  # torch.Tensor or numpy.ndarray
-
-
-def data_ptr(a: Array) -> int:
-    return a.data_ptr() if is_torch(a) else a.__array_interface__["data"][0]
 
 
 def narrow(x: Array, dim: int, start: int, length: int) -> Array:
@@ -95,7 +91,7 @@ def exchange_packed(
     recv_counts = [numel(s) * item for s in recv_shapes]
     stats.bytes_sent += sum(send_counts) - send_counts[rank]
     stats.bytes_received += sum(recv_counts) - recv_counts[rank]
-    stats.recv_buffer_ptr = data_ptr(recv)
+    stats.received_at(data_ptr(recv))
     call.adapter.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), recv_counts, send_counts, call.op)
     if direct:
         return out

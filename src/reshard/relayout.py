@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import execute, planner, validate
-from .call import MISS, Call, wants_grad
+from .call import Call, begin, wants_grad
 from .comm import Comm
 from .errors import MismatchError
 from .layout import Partial, Shard, mesh_region, parse_placements, shard_sizes, unravel
@@ -25,11 +25,11 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
     """``x`` (this rank's part under ``src``) as its part under ``dst``, on ``mesh`` or, with
     ``mesh=None``, on ``comm`` as the mesh ``(N,)`` (one placement each side)."""
     world = mesh is None
-    call = Call("redistribute", x, comm if world else mesh.comm, check, ("src", "dst") if world else ("src", "dst", "mesh"))
     key = (src, dst, global_shape) if world else (tuple(parse_placements(src)), tuple(parse_placements(dst)),
                                                    global_shape, mesh.shape, rule)
-    replayed = call.replay(key)
-    if replayed is not MISS:
+    replayed, call = begin("redistribute", x, comm if world else mesh.comm, check, key,
+                           ("src", "dst") if world else ("src", "dst", "mesh"))
+    if call is None:
         return replayed
     mesh_shape = (call.size,) if world else mesh.shape
     coord = (call.rank,) if world else mesh.coord

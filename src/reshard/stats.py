@@ -6,8 +6,11 @@ one ``ExchangeStats`` per call.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from .arrays import data_ptr
 
 
 class ExecutedStep(NamedTuple):
@@ -27,11 +30,29 @@ class ExchangeStats:
     unpack_copies: int = 0
     bytes_sent: int = 0  # bytes that left this rank (its own piece excluded)
     bytes_received: int = 0  # bytes that arrived from other ranks
-    recv_buffer_ptr: int = 0  # where the engine wrote what it received
     metadata_exchanges: int = 0
     allocated_bytes: int = 0  # buffers and results this op allocated (its memory beyond the input)
     replayed: bool = False  # the plan of an earlier call with the same signature was reused
     steps: list[ExecutedStep] = field(default_factory=list)  # in the order they ran
+    _received_into: Any = field(default=0, repr=False, compare=False)  # an address, or a weakref to the result
+
+    @property
+    def recv_buffer_ptr(self) -> int:
+        """Where the engine wrote what it received (0 where nothing was, or once a result
+        received into is freed)."""
+        into = self._received_into
+        if type(into) is int:
+            return into
+        buffer = into()
+        return 0 if buffer is None else data_ptr(buffer)
+
+    def received_at(self, address: int) -> None:
+        self._received_into = address
+
+    def received_into_result(self, result: Any) -> None:
+        """The engine received straight into ``result``: noted by weak reference (the stats keep
+        no result alive), its address read only when asked (numpy's costs a microsecond)."""
+        self._received_into = weakref.ref(result)
 
     def begin_step(self) -> tuple[int, int]:
         """The byte counters now, to close a step with ``end_step``."""

@@ -45,7 +45,7 @@ def gather_core(call: CallState, x: Array, dim: int, lengths: Sequence[int], dst
         direct = numel(out_shape[:dim]) == 1
         out = alloc(arrays, stats, out_shape, like=x)
         recv = out.reshape(-1) if direct else alloc(arrays, stats, [numel(out_shape)], like=x)
-        stats.recv_buffer_ptr = data_ptr(recv)
+        stats.received_at(data_ptr(recv))
         nbytes = numel(x.shape) * arrays.itemsize(x)
         stats.bytes_sent += nbytes * (n - 1)
         stats.bytes_received += nbytes * (n - 1)

@@ -73,7 +73,7 @@ def pairwise_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
             stats.pack_copies += 1
         if not direct:
             unpack_others(k, out, landing, recv_shapes, c)
-        stats.recv_buffer_ptr = data_ptr(landing)
+        stats.received_at(data_ptr(landing))
         stats.bytes_sent += remote_out * item
         stats.bytes_received += remote_in * item
         return out

@@ -74,7 +74,7 @@ def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
         stats.allocated_bytes += result_bytes
         stats.bytes_sent += bytes_out
         stats.bytes_received += bytes_in
-        stats.recv_buffer_ptr = data_ptr(out)
+        stats.received_into_result(out)
         exchange(out, xt)  # both contiguous: the datatypes address their elements
         return out
 
@@ -191,10 +191,10 @@ def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
     if shifted:
         flat = out.reshape(-1)
         temp = flat[: own_at + hi_len]
-        stats.recv_buffer_ptr = data_ptr(out)
+        stats.received_at(data_ptr(out))
     else:
         temp = alloc(arrays, stats, [(sum(recv_bytes) - recv_bytes[rank]) // item], like=x)
-        stats.recv_buffer_ptr = data_ptr(temp)
+        stats.received_at(data_ptr(temp))
     stats.bytes_sent += sum(send_bytes) - send_bytes[rank]
     stats.bytes_received += sum(recv_bytes) - recv_bytes[rank]
     if n > 1:  # [lower | higher] pieces in one run on each side; own count 0
@@ -255,7 +255,7 @@ def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
         exchange(out, xt)
         k.stats.bytes_sent += bytes_out
         k.stats.bytes_received += bytes_in
-        k.stats.recv_buffer_ptr = data_ptr(out)
+        k.stats.received_into_result(out)
         return None
 
     return run
