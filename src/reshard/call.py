@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from . import agreement
+from . import agreement, handles
 from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
 from .comm import Comm, current
 from .errors import InvalidArgument, MismatchError, ReshardError
@@ -128,6 +128,8 @@ def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
     """The replay of a plan that exchanges nothing before it runs (check off, every shape
     known when it was made, no autograd), or ``MISS``: what ``Call.replay`` would do for such
     a plan, without the ``Call``."""
+    if handles.pending():  # after the calls started before this one
+        handles.settle()
     comm = current(comm)
     if comm.check if check is None else check:  # the vote: a Call's work
         return MISS
@@ -150,6 +152,7 @@ class Call:
     """One collective call on one rank: input conversion, validation, the agreement check."""
 
     def __init__(self, op: str, x: Any, comm: Comm | None, check: bool | None, arg_names: Sequence[str] = ()):
+        handles.settle()  # a blocking call runs after the calls started before it
         self.op = op
         self.comm = current(comm)
         if self.comm.activity is not None:

@@ -7,7 +7,7 @@ import os
 import shutil
 from typing import Any
 
-from . import settings
+from . import handles, settings
 from .buffers import release_buffers
 from .engines.available import ENGINES, default_engine, missing_for
 from .errors import InvalidArgument, MissingDependency, ReshardError
@@ -45,6 +45,7 @@ class Comm:
         return getattr(self.adapter, "mpi_comm", None)
 
     def barrier(self) -> None:
+        handles.settle()
         if self.activity is not None:
             self.activity.enter("barrier")
         self.adapter.barrier()
@@ -53,6 +54,7 @@ class Comm:
 
     def close(self) -> None:
         global _current
+        handles.close(self)  # calls started and never waited for finish first (with a warning)
         for child in self.children:
             child.adapter.close()
         self.children.clear()

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, planner
+from . import execute, handles, planner
 from .arrays import array_backend, is_numpy, is_torch
 from .call import Call
 from .comm import Comm, current
@@ -168,7 +168,7 @@ def _kept_counts(counts: np.ndarray, capacity: int | None) -> np.ndarray:
 
 def dispatch(
     tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None = None,
-    capacity: int | None = None, *, check: bool | None = None,
+    capacity: int | None = None, *, check: bool | None = None, async_op: bool = False,
 ) -> tuple[Array, MoEHandle]:
     """Send each (token, slot) pair to the rank holding its expert.
 
@@ -184,7 +184,11 @@ def dispatch(
       rows grouped by local expert, then by source rank in rank order, then by token order (a
       token routed to two experts of this rank appears once in each group). numpy in, numpy out.
       Differentiable on torch (backward: the reverse exchange, summing a token's slots).
+      With ``async_op=True``: a ``Handle`` whose ``wait()`` returns that pair.
     """
+    if async_op:
+        return handles.start("moe.dispatch", lambda: dispatch(tokens, expert_ids, num_experts, comm, capacity,
+                                                              check=check), comm)
     comm_ = current(comm)
     call = Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity"))
     n, rank = call.size, call.rank
@@ -242,7 +246,8 @@ def dispatch(
     return expert_inputs, handle
 
 
-def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = None, *, check: bool | None = None) -> Array:
+def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = None, *, check: bool | None = None,
+            async_op: bool = False) -> Array:
     """Send expert outputs back to their tokens and sum each token's slots.
 
     Args:
@@ -254,10 +259,13 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
       (weights None: the plain sum; top-1 without weights: the row itself). Dropped pairs
       contribute zero. With identity experts and weights that sum to one (within 4k ulps) the
       input comes back bit for bit (see ``_sum_slots``). Differentiable on torch (with respect
-      to the outputs and the weights).
+      to the outputs and the weights). With ``async_op=True``: a ``Handle`` whose ``wait()``
+      returns that.
     """
     if not isinstance(handle, MoEHandle):
         raise InvalidArgument(f"handle must be the MoEHandle returned by dispatch, got {type(handle).__name__}")
+    if async_op:
+        return handles.start("moe.combine", lambda: combine(expert_outputs, handle, weights, check=check), handle.comm)
     comm_ = handle.comm
     call = Call("moe.combine", expert_outputs, comm_, check, ("top_k",))
     call.record.args = (handle.top_k,)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, planner, relayout, validate
+from . import execute, handles, planner, relayout, validate
 from .call import Call, begin
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
@@ -35,7 +35,7 @@ Array = Any  # torch.Tensor or numpy.ndarray
 
 def all_to_all(
     x: Array, split_dim: int, concat_dim: int, comm: Comm | None = None,
-    split_sizes: Sequence[int] | None = None, *, check: bool | None = None,
+    split_sizes: Sequence[int] | None = None, *, check: bool | None = None, async_op: bool = False,
 ) -> Array:
     """Cut ``x`` along ``split_dim`` into one piece per rank, send piece j to rank j, and
     concatenate what arrives along ``concat_dim`` in rank order. Sums nothing, copies nothing
@@ -56,7 +56,12 @@ def all_to_all(
       numpy in, numpy out. ``x`` is never modified.
 
     Copies: at most one pack and one unpack; the engine's form decides (see ``reshard.execute``).
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    ``wait()`` returns the above.
     """
+    if async_op:
+        return handles.start(
+            "all_to_all", lambda: all_to_all(x, split_dim, concat_dim, comm, split_sizes, check=check), comm, x)
     replayed, call = begin("all_to_all", x, comm, check, (split_dim, concat_dim, split_sizes), ("split_dim", "concat_dim"))
     if call is None:
         return replayed
@@ -73,7 +78,7 @@ def all_to_all(
 
 def all_to_all_v(
     x: Array, send_counts: Sequence[int], comm: Comm | None = None, *,
-    recv_counts: Sequence[int] | None = None, check: bool | None = None,
+    recv_counts: Sequence[int] | None = None, check: bool | None = None, async_op: bool = False,
 ) -> tuple[Array, list[int]]:
     """Variable-size AllToAll along dim 0: rows ``[sum(send_counts[:j]), +send_counts[j])`` of
     ``x`` go to rank j; what arrives is concatenated in rank order.
@@ -93,7 +98,12 @@ def all_to_all_v(
     The counts travel as one small exchange of integers (with the check's records, on or off)
     and are validated as a whole matrix: every rank raises, naming the ranks. The backward pass
     moves no counts at all.
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    ``wait()`` returns the above.
     """
+    if async_op:
+        return handles.start(
+            "all_to_all_v", lambda: all_to_all_v(x, send_counts, comm, recv_counts=recv_counts, check=check), comm, x)
     call = Call("all_to_all_v", x, comm, check)
     n = call.size
     args = call.validate(validate.all_to_all_v, n, send_counts, recv_counts)
@@ -115,12 +125,18 @@ def all_to_all_v(
     return execute.run(call, x, plan, backward=lambda: plan.reverse()), got
 
 
-def all_gather(x: Array, dim: int = 0, comm: Comm | None = None, *, check: bool | None = None) -> Array:
+def all_gather(
+    x: Array, dim: int = 0, comm: Comm | None = None, *, check: bool | None = None, async_op: bool = False,
+) -> Array:
     """Every rank ends with every rank's ``x`` concatenated along ``dim`` in rank order.
 
     ``x``: ``[..., L_r, ...]`` (``L_r`` at ``dim``; other dims agree across ranks).
     Returns ``[..., sum over i of L_i, ...]`` on every rank: the full tensor, replicated.
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    ``wait()`` returns the above.
     """
+    if async_op:
+        return handles.start("all_gather", lambda: all_gather(x, dim, comm, check=check), comm, x)
     replayed, call = begin("all_gather", x, comm, check, (dim,), ("dim",))
     if call is None:
         return replayed
@@ -130,11 +146,18 @@ def all_gather(x: Array, dim: int = 0, comm: Comm | None = None, *, check: bool 
     return execute.run(call, x, planner.all_gather(call.rank, shapes, d))
 
 
-def gather(x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, check: bool | None = None) -> Array | None:
+def gather(
+    x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, check: bool | None = None,
+    async_op: bool = False,
+) -> Array | None:
     """Rank ``dst`` ends with every rank's ``x`` concatenated along ``dim``; others get None.
 
     ``x``: ``[..., L_r, ...]``. Returns ``[..., sum over i of L_i, ...]`` on ``dst``, None elsewhere.
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    ``wait()`` returns the above.
     """
+    if async_op:
+        return handles.start("gather", lambda: gather(x, dim, dst, comm, check=check), comm, x)
     replayed, call = begin("gather", x, comm, check, (dim, dst), ("dim", "dst"))
     if call is None:
         return replayed
@@ -146,13 +169,18 @@ def gather(x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, ch
 
 
 def reduce_scatter(
-    x: Array, dim: int = 0, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None
+    x: Array, dim: int = 0, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None,
+    async_op: bool = False,
 ) -> Array:
     """Reduce ``x`` over ranks with ``op`` (sum, avg, max, min), then keep this rank's shard.
 
     ``x``: ``[..., L, ...]``, the same shape on every rank. Returns ``[..., sizes[r], ...]``
     with ``sizes = shard_sizes(L, N)``: values summed (or maxed...) across ranks, in rank order.
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    ``wait()`` returns the above.
     """
+    if async_op:
+        return handles.start("reduce_scatter", lambda: reduce_scatter(x, dim, op, comm, check=check), comm, x)
     replayed, call = begin("reduce_scatter", x, comm, check, (dim, op), ("dim", "op"))
     if call is None:
         return replayed
@@ -163,12 +191,18 @@ def reduce_scatter(
     return execute.run(call, x, planner.reduce_scatter(call.rank, call.size, d, op))
 
 
-def all_reduce(x: Array, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None) -> Array:
+def all_reduce(
+    x: Array, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None, async_op: bool = False,
+) -> Array:
     """Every rank ends with the reduction (sum, avg, max, min) of all ranks' ``x``.
 
     ``x``: any shape, the same on every rank. Returns the same shape, bit-identical on every
     rank (a reduce_scatter, reduced in rank order, then an all_gather).
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    ``wait()`` returns the above.
     """
+    if async_op:
+        return handles.start("all_reduce", lambda: all_reduce(x, op, comm, check=check), comm, x)
     replayed, call = begin("all_reduce", x, comm, check, (op,), ("op",))
     if call is None:
         return replayed
@@ -181,6 +215,7 @@ def all_reduce(x: Array, op: str = "sum", comm: Comm | None = None, *, check: bo
 def redistribute(
     x: Array, src: Any = Shard(0), dst: Any = Shard(1), comm: Comm | None = None,
     global_shape: Sequence[int] | None = None, *, mesh: Mesh | None = None, check: bool | None = None,
+    async_op: bool = False,
 ) -> Array:
     """Change the layout of a distributed tensor from placement ``src`` to ``dst``.
 
@@ -207,7 +242,12 @@ def redistribute(
     With ``global_shape=None`` the shards' lengths are learned in one small exchange of
     integers; given, no metadata moves, and with ``check=False`` a repeated call makes no
     extra round at all (the first call of a signature always agrees).
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    ``wait()`` returns the above.
     """
+    if async_op:
+        return handles.start(
+            "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
         return relayout.redistribute_dtensor(x, dst, check)
     if mesh is None and (isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list))):

@@ -1,0 +1,170 @@
+"""Asynchronous collectives: ``async_op=True`` starts a collective and returns a ``Handle``.
+
+A rank's collectives must run in the same order on every rank, so the started ones run one
+after another, in the order they were started, on one worker thread of the process: the caller
+goes on (computing, starting more) while the worker exchanges. The engines release the
+interpreter while they move bytes (gloo's C++, MPI's C calls), so a matrix multiply on the
+caller's thread runs while the bytes travel. A blocking call, a barrier or a communicator's
+close first waits for every started call to finish, so the order stays the order of the
+calls. The worker thread exists only while started calls are pending: it ends when the last
+one finishes, and ``wait()`` of the last one returns after it has ended.
+
+What a started call raises (bad input found by the cross-rank check, a peer that died, a
+timeout) is raised by ``wait()``, on every rank as the blocking call would raise it there.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from .errors import CommTimeout, InvalidArgument
+
+
+class Handle:
+    """A started collective: ``wait(timeout=None)`` returns exactly what the blocking call
+    returns (or raises what it raises); ``done()`` says, without blocking, whether it finished."""
+
+    def __init__(self, op: str, rank: int, future: Future):
+        self.op, self.rank = op, rank
+        self._future = future
+        self.waited = False
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """The call's result. ``timeout`` (seconds; None waits as long as the call's own
+        bounded waits take): raises ``CommTimeout`` naming the op if it runs out first; the
+        call goes on, and a later ``wait()`` may still return its result."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise InvalidArgument(f"rank {self.rank}: {self.op}: wait(timeout=) takes seconds >= 0 or None, got {timeout!r}")
+        try:
+            result = self._future.result(timeout)
+        except FutureTimeout:
+            raise CommTimeout(f"rank {self.rank}: {self.op}: wait(timeout={timeout}) ran out before the call "
+                              "finished; it goes on, and a later wait() may still return it") from None
+        finally:
+            if self._future.done():
+                self.waited = True
+                _WORKER.join_if_idle()
+        return result
+
+    def __repr__(self) -> str:
+        return f"Handle({self.op!r}, {'done' if self.done() else 'pending'})"
+
+
+class _Worker:
+    """The process's one worker thread and its queue of started calls."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.queue: deque[tuple[Future, Callable[[], Any], Any]] = deque()
+        self.active = 0  # calls started and not finished (queued or running)
+        self.thread: threading.Thread | None = None
+        self.unwaited: list[Handle] = []
+
+    def submit(self, op: str, rank: int, run: Callable[[], Any], comm: Any) -> Handle:
+        future: Future = Future()
+        handle = Handle(op, rank, future)
+        with self.lock:
+            self.unwaited = [h for h in self.unwaited if not h.waited]
+            self.unwaited.append(handle)
+            self.queue.append((future, run, comm))
+            self.active += 1
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="reshard-async", daemon=True)
+                self.thread.start()
+        return handle
+
+    def _loop(self) -> None:
+        while True:
+            with self.lock:
+                if not self.queue:
+                    self.thread = None
+                    self.idle.notify_all()
+                    return
+                future, run, _ = self.queue.popleft()
+            try:
+                result = run()
+            except BaseException as exc:  # the caller's wait() raises it
+                with self.lock:
+                    self.active -= 1
+                future.set_exception(exc)
+            else:
+                with self.lock:
+                    self.active -= 1
+                future.set_result(result)
+
+    def on_worker(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def settle(self) -> None:
+        """Wait until every started call has finished and the thread has ended (a blocking call
+        runs after the calls started before it); nothing to do on the worker itself."""
+        if self.active == 0 and self.thread is None:
+            return
+        if self.on_worker():
+            return
+        with self.lock:
+            while self.active or self.thread is not None:
+                self.idle.wait()
+
+    def join_if_idle(self) -> None:
+        """After a wait(): where nothing else is pending, let the thread end before returning,
+        so a program that waited for all it started holds no thread of ours."""
+        with self.lock:
+            if self.active == 0 and not self.on_worker():
+                while self.thread is not None:
+                    self.idle.wait()
+
+    def close(self, comm: Any) -> None:
+        """A communicator closes: calls it started and nobody waited for are finished first,
+        with a warning (cancelling them on some ranks only would leave the others hanging)."""
+        with self.lock:
+            never = [h for h in self.unwaited if not h.waited and not h.done()]
+            pending = any(c is comm for _, _, c in self.queue) or never
+        if pending:
+            warnings.warn(f"rank {comm.rank}: the communicator closes with {len(never)} started call(s) never waited "
+                          f"for ({', '.join(h.op for h in never)}): finished before it closes",
+                          RuntimeWarning, stacklevel=3)
+        self.settle()
+        with self.lock:
+            self.unwaited = [h for h in self.unwaited if not h.waited and not h.done()]
+
+
+_WORKER = _Worker()
+
+
+def start(op: str, run: Callable[[], Any], comm: Any, x: Any = None) -> Handle:
+    """``run()`` (the blocking call) started on the worker: its ``Handle``. ``comm`` (None: the
+    current one) is checked now, so a call with no communicator raises at once."""
+    if type(x).__name__ == "DTensor":  # on its own device mesh
+        import torch.distributed as dist
+
+        return _WORKER.submit(op, dist.get_rank(), run, None)
+    from .comm import current
+
+    comm = current(comm)
+    return _WORKER.submit(op, comm.rank, run, comm)
+
+
+def settle() -> None:
+    """Called by every blocking call, barrier and close: wait for the calls started before it."""
+    if _WORKER.active or _WORKER.thread is not None:
+        _WORKER.settle()
+
+
+def close(comm: Any) -> None:
+    _WORKER.close(comm)
+
+
+def pending() -> int:
+    """Started calls not finished yet (queued or running)."""
+    return _WORKER.active
