@@ -243,6 +243,19 @@ def run_cases_through_shared_memory(comm: rs.Comm, cases: list[dict]) -> list[An
     return run_cases(comm, cases)
 
 
+def run_cases_started_async(comm: rs.Comm, cases: list[dict]) -> list[Any]:
+    """run_cases with every collective started (``async_op=True``) and its handle waited for:
+    the worker thread's result must be the blocking call's, bit for bit, errors included."""
+    from reshard import ops
+
+    def started(fn: Any) -> Any:
+        return lambda *args, **kwargs: fn(*args, async_op=True, **kwargs).wait()
+
+    for name in ("all_to_all", "all_gather", "gather", "reduce_scatter", "all_reduce", "redistribute"):
+        setattr(rs, name, started(getattr(ops, name)))
+    return run_cases(comm, cases)
+
+
 def run_cases_without_torch(comm: rs.Comm, cases: list[dict]) -> list[Any]:
     """run_cases in a rank where torch cannot be imported; fails loudly if it was."""
     import sys

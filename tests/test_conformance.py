@@ -18,7 +18,13 @@ import pytest
 
 import reshard as rs
 from cases import all_cases, case_id
-from conformance import run_cases, run_cases_one_call, run_cases_through_shared_memory, run_cases_without_torch
+from conformance import (
+    run_cases,
+    run_cases_one_call,
+    run_cases_started_async,
+    run_cases_through_shared_memory,
+    run_cases_without_torch,
+)
 from oracle import reduce_in_order
 
 WORLD_SIZES = (1, 2, 3, 4)
@@ -26,10 +32,13 @@ HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 # "mpi-notorch": the MPI engine in rank processes where `import torch` fails (numpy alone).
 # "gloo-one-call": gloo moving each op's pieces in one all_to_all_single, as NCCL does, rather
 # than in its own point-to-point messages. "gloo-shm": every message between the ranks (all on
-# this host), however small, through shared memory.
-ENGINES = ("gloo", "gloo-one-call", "gloo-shm", "mpi", "mpi-notorch")
+# this host), however small, through shared memory. "*-async": every call started with
+# async_op=True and its handle waited for (two world sizes: the worker runs the same code).
+ENGINES = ("gloo", "gloo-one-call", "gloo-shm", "mpi", "mpi-notorch", "gloo-async", "mpi-async")
 KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "gloo-shm": ("torch", "numpy"),
-         "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",)}
+         "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",), "gloo-async": ("torch", "numpy"),
+         "mpi-async": ("torch", "numpy")}
+SIZES = {"gloo-async": (1, 3), "mpi-async": (2, 4)}
 NO_TORCH_DIR = os.path.join(os.path.dirname(__file__), "no_torch")
 
 
@@ -43,6 +52,8 @@ def results_for(engine: str, n: int) -> tuple[list[dict], list[list]]:
             per_rank = rs.spawn(run_cases_without_torch, n, engine="mpi", args=(cases,), timeout=600)
         finally:
             os.environ.pop("PYTHONPATH") if old is None else os.environ.__setitem__("PYTHONPATH", old)
+    elif engine.endswith("-async"):
+        per_rank = rs.spawn(run_cases_started_async, n, engine=engine.removesuffix("-async"), args=(cases,), timeout=600)
     elif engine == "gloo-one-call":
         per_rank = rs.spawn(run_cases_one_call, n, engine="gloo", args=(cases,), timeout=600)
     elif engine == "gloo-shm":
@@ -59,7 +70,7 @@ def results_for(engine: str, n: int) -> tuple[list[dict], list[list]]:
 def _params():
     for engine in ENGINES:
         marks = [] if engine.startswith("gloo") or HAVE_MPI else [pytest.mark.skip(reason="mpi4py is not installed")]
-        for n in WORLD_SIZES:
+        for n in SIZES.get(engine, WORLD_SIZES):
             for i, case in enumerate(all_cases(n, KINDS[engine])):
                 yield pytest.param(engine, n, i, id=f"{engine}-N{n}-{i}-{case_id(case)}", marks=marks)
 
