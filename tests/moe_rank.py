@@ -193,3 +193,45 @@ def gradients(comm: rs.Comm) -> dict[str, bool]:
     checks["dispatch/combine d/dtokens"] = torch.allclose(tokens.grad, want_x, rtol=1e-12, atol=0)
     checks["dispatch/combine d/dweights"] = torch.allclose(weights.grad, want_w, rtol=1e-12, atol=0)
     return checks
+
+
+def _experts(n: int, case: dict, rank: int) -> list:
+    """This rank's experts: each treats rows independently (elementwise), so any batching of
+    the rows gives the same outputs bit for bit."""
+    return [lambda rows, s=rank * (case["experts"] // n) + le: rows * (s + 2) - s for le in range(case["experts"] // n)]
+
+
+def run_pipeline(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
+    """Per case: rs.moe.pipeline with ``case["chunks"]`` parts against dispatch, the experts and
+    combine in one part (blocking), bit for bit; on torch the tokens' and weights' gradients too."""
+    out = []
+    for case in cases:
+        try:
+            tokens, ids, weights = moe_inputs(case, comm.rank)
+            experts = _experts(comm.size, case, comm.rank)
+            results = []
+            for parts in (None, case["chunks"]):
+                x, w = _as(case["kind"], tokens), _as(case["kind"], weights)
+                if case["kind"] == "torch":
+                    x.requires_grad_(True)
+                    w.requires_grad_(True)
+                if parts is None:
+                    inputs, handle = rs.moe.dispatch(x, ids, case["experts"], capacity=case["capacity"])
+                    y = rs.moe.combine(rs.moe._run_experts(experts, inputs, handle.tokens_per_expert), handle, w)
+                else:
+                    y = rs.moe.pipeline(x, ids, experts, w, chunks=parts, capacity=case["capacity"])
+                grads = ()
+                if case["kind"] == "torch":
+                    import torch
+
+                    (y * torch.arange(1.0, y.numel() + 1, dtype=y.dtype).reshape(y.shape)).sum().backward()
+                    grads = (_np(x.grad), _np(w.grad))
+                results.append((_np(y), grads))
+            (want, want_grads), (got, got_grads) = results
+            problems = [what for what, a, b in [("result", got, want), *zip(("tokens' gradient", "weights' gradient"),
+                                                                            got_grads, want_grads)]
+                        if not _same(a, b)]
+            out.append(f"{', '.join(problems)} differ" if problems else None)
+        except Exception:
+            out.append(traceback.format_exc())
+    return out

@@ -70,6 +70,14 @@ def test_dispatch_combine_match_the_oracle(example):
     assert_every_case_passes(moe_rank.run_moe, *example)
 
 
+@SETTINGS
+@given(moe_batch(), st.lists(st.integers(1, 5), min_size=4, max_size=4))
+def test_pipeline_equals_one_part_bit_for_bit(example, chunks):
+    n, cases = example
+    cases = [dict(case, chunks=c) for case, c in zip(cases, chunks)]
+    assert_every_case_passes(moe_rank.run_pipeline, n, cases)
+
+
 FIXED_MOE = [
     dict(seed=1, tokens=[0, 0, 0], hidden=2, experts=3, k=1, capacity=None),  # nobody has tokens
     dict(seed=2, tokens=[5, 0, 7], hidden=3, experts=6, k=2, capacity=None),  # a rank without tokens

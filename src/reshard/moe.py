@@ -16,6 +16,7 @@ crosses the wire.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from .arrays import array_backend, is_numpy, is_torch
 from .call import Call
 from .comm import Comm, current
 from .errors import InvalidArgument, UnsupportedDType
-from .layout import check_int
+from .layout import check_int, offsets, shard_sizes
 
 Array = Any
 
@@ -189,6 +190,42 @@ def dispatch(
     if async_op:
         return handles.start("moe.dispatch", lambda: dispatch(tokens, expert_ids, num_experts, comm, capacity,
                                                               check=check), comm)
+    return _dispatch(tokens, expert_ids, num_experts, comm, capacity, check, None)
+
+
+def _routes(expert_of_pair: np.ndarray, routable: np.ndarray, counts: np.ndarray, cap: int | None, rank: int,
+            per_rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This rank's pairs in send order: ``(send_rows, dropped_pairs, kept_counts)``. Pairs are
+    sorted by (local expert index, destination rank, token, slot), so that what goes out in
+    each exchange is one run; the first ``kept_counts[rank, e]`` of each expert's run are sent,
+    the rest dropped, as are pairs not ``routable``. ``counts``: ``[N, E]`` routable pairs."""
+    n = counts.shape[0]
+    kept_counts = _kept_counts(counts, cap)
+    local_index, owner = np.divmod(expert_of_pair, per_rank)[1], expert_of_pair // per_rank
+    order = np.argsort(local_index * n + owner, kind="stable")
+    order = order[routable[order]]
+    by_run = counts[rank].reshape(n, per_rank).T.reshape(-1)  # runs in (l, rank) order
+    kept_by_run = kept_counts[rank].reshape(n, per_rank).T.reshape(-1)
+    run_start = np.cumsum(by_run) - by_run
+    position_in_run = np.arange(order.size) - np.repeat(run_start, by_run)
+    keep = position_in_run < np.repeat(kept_by_run, by_run)
+    dropped = np.sort(np.concatenate([order[~keep], np.flatnonzero(~routable)]))
+    return order[keep], dropped, kept_counts
+
+
+def _routed_counts(call: Call, expert_of_pair: np.ndarray, routable: np.ndarray, experts: int, what: str) -> np.ndarray:
+    """``[N, E]``: every rank's routable pairs per expert, from one all-gather of integers."""
+    own = np.bincount(expert_of_pair[routable], minlength=experts).astype(np.int64)
+    gathered = call.adapter.allgather_bytes(own[:experts].view(np.uint8), what).view(np.int64)
+    call.stats.metadata_exchanges += 1
+    return gathered.reshape(call.size, experts)
+
+
+def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None, capacity: int | None,
+              check: bool | None, routable: np.ndarray | None) -> tuple[Array, MoEHandle]:
+    """``dispatch``; ``routable`` (bool ``[T * k]``, or None for all) marks the pairs that may
+    travel: the others are dropped before any count (a pipeline's chunk, whose drops were
+    decided on the whole batch)."""
     comm_ = current(comm)
     call = Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity"))
     n, rank = call.size, call.rank
@@ -203,24 +240,10 @@ def dispatch(
     per_rank = experts // n
     num_tokens, top_k = ids.shape
     expert_of_pair = ids.reshape(-1)
-    own = np.bincount(expert_of_pair, minlength=experts).astype(np.int64)
-    gathered = call.adapter.allgather_bytes(own[:experts].view(np.uint8), "moe.dispatch (counts)").view(np.int64)
-    call.stats.metadata_exchanges += 1
-    counts = gathered.reshape(n, experts)
-    kept_counts = _kept_counts(counts, cap)
-
-    # Source side: pairs sorted by (local expert index l, destination rank, token, slot), so
-    # that what goes out in exchange l is one run; the first kept_counts[rank, e] of each
-    # expert's run stay, the rest are dropped.
-    local_index, owner = np.divmod(expert_of_pair, per_rank)[1], expert_of_pair // per_rank
-    order = np.argsort(local_index * n + owner, kind="stable")
-    by_run = counts[rank].reshape(n, per_rank).T.reshape(-1)  # runs in (l, rank) order
-    kept_by_run = kept_counts[rank].reshape(n, per_rank).T.reshape(-1)
-    run_start = np.cumsum(by_run) - by_run
-    position_in_run = np.arange(order.size) - np.repeat(run_start, by_run)
-    keep = position_in_run < np.repeat(kept_by_run, by_run)
-    send_rows = order[keep]
-    dropped_pairs = np.sort(order[~keep])
+    if routable is None:
+        routable = np.ones(expert_of_pair.size, dtype=bool)
+    counts = _routed_counts(call, expert_of_pair, routable, experts, "moe.dispatch (counts)")
+    send_rows, dropped_pairs, kept_counts = _routes(expert_of_pair, routable, counts, cap, rank, per_rank)
     kept = np.ones(num_tokens * top_k, dtype=bool)
     kept[dropped_pairs] = False
     send_counts = [int(v) for v in kept_counts[rank].reshape(n, per_rank).sum(axis=1)]
@@ -284,6 +307,92 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
         slots = np.zeros((num_tokens * top_k, *trail), dtype=back.dtype)
         slots[handle.send_rows] = back
     return _sum_slots(slots.reshape(num_tokens, top_k, *trail), weights, handle.kept)
+
+
+def pipeline(
+    tokens: Array, expert_ids: Array, experts: Sequence[Callable[[Array], Array]], weights: Array | None = None, *,
+    chunks: int = 1, capacity: int | None = None, comm: Comm | None = None, check: bool | None = None,
+) -> Array:
+    """A MoE layer's dispatch, expert compute and combine, with the tokens in ``chunks`` parts so
+    that the exchanges of one part overlap the expert compute of another.
+
+    Args:
+      tokens: ``[T, *F]``, as ``dispatch``'s.
+      expert_ids: ints ``[T]`` or ``[T, k]``, each in ``[0, E)`` with ``E = len(experts) * N``.
+      experts: one callable per local expert (this rank's ``L = len(experts)``, the same on every
+        rank): takes that expert's rows ``[R, *F]`` (``R`` may be 0) and returns ``[R, *F']``.
+      weights: None or ``[T, k]`` gate weights, as ``combine``'s.
+      chunks: how many parts the tokens are cut into (the same on every rank; ``T`` need not
+        divide: the parts follow the balanced rule).
+      capacity: as ``dispatch``'s, applied to the whole batch: the same pairs are dropped
+        whatever ``chunks`` is.
+
+    Returns:
+      ``[T, *F']``: ``combine`` of the experts' outputs, as the one-part path gives it. Each
+      part's rows meet the same expert in the same way, so with experts that treat rows
+      independently the result equals ``chunks=1`` bit for bit (a BLAS matrix multiply may round
+      a row differently in a batch of another size). Differentiable on torch like dispatch and
+      combine.
+
+    The exchanges run started (``async_op=True``): every part's dispatch is started at once, and
+    each part's combine as soon as its experts have run.
+    """
+    comm_ = current(comm)
+    call = Call("moe.pipeline", tokens, comm_, check, ("num_experts", "top_k", "capacity", "chunks"))
+    checked = call.validate(_check_pipeline, call.size, experts, chunks, capacity, expert_ids)
+    if checked is not None:
+        num_experts, cap, ids, parts = checked
+        call.record.args = (num_experts, ids.shape[1], -1 if cap is None else cap, parts)
+    call.agree(free_dims=(0,), need_shapes=False)  # raises on every rank if any rank's input is wrong
+    num_experts, cap, ids, parts = checked
+    pairs = ids.reshape(-1)
+    routable = np.ones(pairs.size, dtype=bool)
+    if cap is not None:  # the drops of the whole batch, decided once
+        counts = _routed_counts(call, pairs, routable, num_experts, "moe.pipeline (counts)")
+        routable[_routes(pairs, routable, counts, cap, call.rank, num_experts // call.size)[1]] = False
+    call.result(None)
+    top_k = ids.shape[1]
+    bounds = offsets(shard_sizes(ids.shape[0], parts)) + [ids.shape[0]]
+    started = [
+        handles.start("moe.dispatch", lambda a=a, b=b: _dispatch(tokens[a:b], ids[a:b], num_experts, comm_, None, check,
+                                                                 routable[a * top_k : b * top_k]), comm_)
+        for a, b in zip(bounds, bounds[1:])
+    ]
+    combined = []
+    for (a, b), handle in zip(zip(bounds, bounds[1:]), started):
+        expert_inputs, routed = handle.wait()
+        outputs = _run_experts(experts, expert_inputs, routed.tokens_per_expert)
+        combined.append(combine(outputs, routed, None if weights is None else weights[a:b], check=check, async_op=True))
+    return _concat([h.wait() for h in combined])
+
+
+def _check_pipeline(x: Array, n: int, experts: Any, chunks: Any, capacity: Any, expert_ids: Any
+                    ) -> tuple[int, int | None, np.ndarray, int]:
+    """(experts E, capacity, expert ids ``[T, k]``, chunks), checked: a pure function."""
+    if isinstance(experts, (str, bytes)) or not hasattr(experts, "__len__") or len(experts) == 0 \
+            or not all(callable(e) for e in experts):
+        raise InvalidArgument("experts must be a non-empty list of callables, one per local expert")
+    parts = check_int("chunks", chunks)
+    if parts < 1:
+        raise InvalidArgument(f"chunks must be >= 1, got {parts}")
+    return (*_check_dispatch(x, n, len(experts) * n, capacity, expert_ids), parts)
+
+
+def _run_experts(experts: Sequence[Callable[[Array], Array]], inputs: Array, tokens_per_expert: list[int]) -> Array:
+    """Each local expert on its block of rows (``inputs`` is expert-major), the outputs in order."""
+    outs, at = [], 0
+    for expert, rows in zip(experts, tokens_per_expert):
+        outs.append(expert(inputs[at : at + rows]))
+        at += rows
+    return _concat(outs)
+
+
+def _concat(parts: list[Array]) -> Array:
+    if is_torch(parts[0]):
+        import torch
+
+        return torch.cat(parts)
+    return np.concatenate(parts)
 
 
 def _sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
