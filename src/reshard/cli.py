@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--src", help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
     bench.add_argument("--dst", help="with --mesh: the destination, e.g. 'S(1),S(0)'")
     bench.add_argument("--op", choices=("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe"), default="redistribute", help="the collective to time (default redistribute, Shard(0) -> Shard(1))")
+    bench.add_argument("--overlap", action="store_true", help="time compute hidden behind started calls (async_op=True): an all_to_all of the first --sizes with a matrix multiply, and a MoE layer through rs.moe.pipeline (on two hosts with a shaped link: benchmarks/overlap.py)")
     bench.add_argument("--sizes", default="64K..64M", help="bytes per rank: START..END (x4 steps) or a list 1M,16M (default 64K..64M)")
     bench.add_argument("--factor", type=_positive, default=4, help="step between sizes in START..END (default 4)")
     bench.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64", "int8"), default="float32", help="element type (default float32)")
@@ -314,6 +315,23 @@ def _plan_rank(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_overlap(args: argparse.Namespace, nbytes: int) -> int:
+    from .bench.overlap import overlap_job, overlap_table
+    from .launch import spawn
+
+    if 8 % args.ranks:
+        print("reshard bench --overlap: --ranks must be 1, 2, 4 or 8 (the MoE layer places 8 experts)", file=sys.stderr)
+        return 2
+    result = spawn(overlap_job, args.ranks, engine=args.engine or "gloo", args=(nbytes, max(1, args.iters or 3)),
+                   timeout=args.timeout)[0]
+    result["engine"] = args.engine or "gloo"
+    print(overlap_table(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -322,6 +340,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except (ValueError, IndexError) as exc:
         print(f"reshard bench: cannot read --sizes {args.sizes!r}: {exc}", file=sys.stderr)
         return 2
+    if args.overlap:
+        return _bench_overlap(args, sizes[0])
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.mesh:
         if not (args.src and args.dst):
