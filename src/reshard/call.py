@@ -100,6 +100,17 @@ def _signature(op: str, x: Any, check: bool, args: tuple) -> tuple | None:
     return None
 
 
+def start(op: str, run: Callable[[], Any], comm: Comm | None, x: Any = None) -> handles.Handle:
+    """``run()``, the blocking call, started (``async_op=True``): its ``Handle``. ``comm`` (None:
+    the current one) is checked now, so a call with no communicator raises at once."""
+    if type(x).__name__ == "DTensor":  # on its own device mesh
+        import torch.distributed as dist
+
+        return handles.submit(op, dist.get_rank(), run, None)
+    comm = current(comm)
+    return handles.submit(op, comm.rank, run, comm)
+
+
 def begin(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
           arg_names: Sequence[str] = ()) -> tuple[Any, Call | None]:
     """A collective's start on this rank: ``(result, None)`` where the plan of an earlier call

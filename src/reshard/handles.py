@@ -142,17 +142,9 @@ class _Worker:
 _WORKER = _Worker()
 
 
-def start(op: str, run: Callable[[], Any], comm: Any, x: Any = None) -> Handle:
-    """``run()`` (the blocking call) started on the worker: its ``Handle``. ``comm`` (None: the
-    current one) is checked now, so a call with no communicator raises at once."""
-    if type(x).__name__ == "DTensor":  # on its own device mesh
-        import torch.distributed as dist
-
-        return _WORKER.submit(op, dist.get_rank(), run, None)
-    from .comm import current
-
-    comm = current(comm)
-    return _WORKER.submit(op, comm.rank, run, comm)
+def submit(op: str, rank: int, run: Callable[[], Any], comm: Any) -> Handle:
+    """``run()`` (the blocking call, on ``comm``) started on the worker: its ``Handle``."""
+    return _WORKER.submit(op, rank, run, comm)
 
 
 def settle() -> None:

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, handles, planner
+from . import execute, planner
 from .arrays import array_backend, is_numpy, is_torch
 from .call import Call
+from .call import start as start_call
 from .comm import Comm, current
 from .errors import InvalidArgument, UnsupportedDType
 from .layout import check_int, offsets, shard_sizes
@@ -188,7 +189,7 @@ def dispatch(
       With ``async_op=True``: a ``Handle`` whose ``wait()`` returns that pair.
     """
     if async_op:
-        return handles.start("moe.dispatch", lambda: dispatch(tokens, expert_ids, num_experts, comm, capacity,
+        return start_call("moe.dispatch", lambda: dispatch(tokens, expert_ids, num_experts, comm, capacity,
                                                               check=check), comm)
     return _dispatch(tokens, expert_ids, num_experts, comm, capacity, check, None)
 
@@ -288,7 +289,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     if not isinstance(handle, MoEHandle):
         raise InvalidArgument(f"handle must be the MoEHandle returned by dispatch, got {type(handle).__name__}")
     if async_op:
-        return handles.start("moe.combine", lambda: combine(expert_outputs, handle, weights, check=check), handle.comm)
+        return start_call("moe.combine", lambda: combine(expert_outputs, handle, weights, check=check), handle.comm)
     comm_ = handle.comm
     call = Call("moe.combine", expert_outputs, comm_, check, ("top_k",))
     call.record.args = (handle.top_k,)
@@ -354,7 +355,7 @@ def pipeline(
     top_k = ids.shape[1]
     bounds = offsets(shard_sizes(ids.shape[0], parts)) + [ids.shape[0]]
     started = [
-        handles.start("moe.dispatch", lambda a=a, b=b: _dispatch(tokens[a:b], ids[a:b], num_experts, comm_, None, check,
+        start_call("moe.dispatch", lambda a=a, b=b: _dispatch(tokens[a:b], ids[a:b], num_experts, comm_, None, check,
                                                                  routable[a * top_k : b * top_k]), comm_)
         for a, b in zip(bounds, bounds[1:])
     ]

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, handles, planner, relayout, validate
+from . import execute, planner, relayout, validate
 from .call import Call, begin
+from .call import start as start_call
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
 from .layout import REDUCE_OPS, Shard, normalize_dim, shard_sizes
@@ -60,7 +61,7 @@ def all_to_all(
     ``wait()`` returns the above.
     """
     if async_op:
-        return handles.start(
+        return start_call(
             "all_to_all", lambda: all_to_all(x, split_dim, concat_dim, comm, split_sizes, check=check), comm, x)
     replayed, call = begin("all_to_all", x, comm, check, (split_dim, concat_dim, split_sizes), ("split_dim", "concat_dim"))
     if call is None:
@@ -102,7 +103,7 @@ def all_to_all_v(
     ``wait()`` returns the above.
     """
     if async_op:
-        return handles.start(
+        return start_call(
             "all_to_all_v", lambda: all_to_all_v(x, send_counts, comm, recv_counts=recv_counts, check=check), comm, x)
     call = Call("all_to_all_v", x, comm, check)
     n = call.size
@@ -136,7 +137,7 @@ def all_gather(
     ``wait()`` returns the above.
     """
     if async_op:
-        return handles.start("all_gather", lambda: all_gather(x, dim, comm, check=check), comm, x)
+        return start_call("all_gather", lambda: all_gather(x, dim, comm, check=check), comm, x)
     replayed, call = begin("all_gather", x, comm, check, (dim,), ("dim",))
     if call is None:
         return replayed
@@ -157,7 +158,7 @@ def gather(
     ``wait()`` returns the above.
     """
     if async_op:
-        return handles.start("gather", lambda: gather(x, dim, dst, comm, check=check), comm, x)
+        return start_call("gather", lambda: gather(x, dim, dst, comm, check=check), comm, x)
     replayed, call = begin("gather", x, comm, check, (dim, dst), ("dim", "dst"))
     if call is None:
         return replayed
@@ -180,7 +181,7 @@ def reduce_scatter(
     ``wait()`` returns the above.
     """
     if async_op:
-        return handles.start("reduce_scatter", lambda: reduce_scatter(x, dim, op, comm, check=check), comm, x)
+        return start_call("reduce_scatter", lambda: reduce_scatter(x, dim, op, comm, check=check), comm, x)
     replayed, call = begin("reduce_scatter", x, comm, check, (dim, op), ("dim", "op"))
     if call is None:
         return replayed
@@ -202,7 +203,7 @@ def all_reduce(
     ``wait()`` returns the above.
     """
     if async_op:
-        return handles.start("all_reduce", lambda: all_reduce(x, op, comm, check=check), comm, x)
+        return start_call("all_reduce", lambda: all_reduce(x, op, comm, check=check), comm, x)
     replayed, call = begin("all_reduce", x, comm, check, (op,), ("op",))
     if call is None:
         return replayed
@@ -246,7 +247,7 @@ def redistribute(
     ``wait()`` returns the above.
     """
     if async_op:
-        return handles.start(
+        return start_call(
             "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
         return relayout.redistribute_dtensor(x, dst, check)
