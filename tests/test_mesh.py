@@ -3,7 +3,9 @@ sharding, balanced at each split), and every mesh dim's sub-communicator on both
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 import rank_fns
 import reshard as rs
-from reshard.mesh import unravel
+from reshard.mesh import hosts_mesh_shape, unravel
 
 PLACEMENTS = [rs.Shard(0), rs.Shard(1), rs.Shard(2), rs.Replicate(), rs.Partial()]
 
@@ -68,3 +70,27 @@ def test_every_mesh_dim_has_a_working_sub_communicator(engine, shape):
 def test_a_mesh_must_cover_the_communicator():
     with pytest.raises(rs.RankFailed, match="has 6 ranks, but the communicator has 4"):
         rs.spawn(rank_fns.mesh_subs, 4, args=((2, 3), True), timeout=60)
+
+
+def _hosts_and_their_mesh(comm):
+    return comm.hosts, comm.host, rs.Mesh.from_hosts(comm).shape
+
+
+@pytest.mark.parametrize("engine", ["gloo", pytest.param("mpi", marks=pytest.mark.skipif(
+    importlib.util.find_spec("mpi4py") is None, reason="mpi4py is not installed"))])
+def test_local_ranks_are_one_host(engine):
+    for rank, (hosts, host, shape) in enumerate(rs.spawn(_hosts_and_their_mesh, 3, engine=engine)):
+        assert (hosts, host, shape) == ([0, 0, 0], 0, (1, 3)), rank
+
+
+@pytest.mark.parametrize(("hosts", "shape"), [([0], (1, 1)), ([0, 0, 1, 1], (2, 2)), ([0, 0, 0, 1, 1, 1], (2, 3)),
+                                              ([0, 1, 2], (3, 1))])
+def test_hosts_mesh_shape(hosts, shape):
+    assert hosts_mesh_shape(hosts) == shape
+
+
+@pytest.mark.parametrize(("hosts", "words"), [([0, 0, 1], "different numbers of ranks (host 0: 2, host 1: 1)"),
+                                              ([0, 1, 0, 1], "not consecutive")])
+def test_hosts_that_make_no_mesh_are_refused(hosts, words):
+    with pytest.raises(rs.InvalidArgument, match=re.escape(words)):
+        hosts_mesh_shape(hosts)

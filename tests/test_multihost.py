@@ -31,6 +31,10 @@ JOB = textwrap.dedent(
         back = rs.all_to_all(np.ascontiguousarray(cols), split_dim=0, concat_dim=1)
         assert np.array_equal(back, rows)
     local = comm.adapter.local
+    mesh = rs.Mesh.from_hosts(comm)
+    assert comm.hosts == [0, 0, 1, 1] and comm.host == comm.rank // 2, comm.hosts
+    # a sub-communicator numbers its own hosts: one host along "local", two along "host"
+    assert mesh.shape == (2, 2) and mesh.sub("local").hosts == [0, 0] and mesh.sub("host").hosts == [0, 1]
     with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:
         f.write(" ".join(str(q) for q in sorted(local.peers)) if local else "")
     comm.close()
@@ -107,6 +111,6 @@ def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
     outputs = [f"--- node {i} (exit {p.returncode}) ---\n{(tmp_path / f'node{i}.log').read_text()}" for i, p in enumerate(procs)]
     assert not timed_out and all(p.returncode == 0 for p in procs), "\n".join(outputs)
     assert sorted(f.name for f in tmp_path.glob("rank*")) == [f"rank{r}" for r in range(4)], "\n".join(outputs)
-    # shared memory joins the two ranks of each host, never ranks of different hosts
+    # shared memory joins the two ranks of each host (comm.hosts agrees), never ranks of different hosts
     peers = {r: (tmp_path / f"rank{r}").read_text() for r in range(4)}
     assert peers == {0: "1", 1: "0", 2: "3", 3: "2"}, peers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import shutil
 from typing import Any
@@ -23,9 +24,15 @@ class Comm:
     ProcessGroup on torch engines), ``mpi_comm`` (the mpi4py communicator on MPI), ``check``
     (whether ops run the cross-rank agreement check by default), ``timeout`` (seconds).
     ``adapter`` is the engine adapter that moves the bytes (``reshard.engines.base.Engine``).
+    ``hosts[q]`` is rank q's host index (hosts numbered by their lowest rank) and ``host`` this
+    rank's: the launcher's grouping where it gives one (torchrun's ``GROUP_RANK``, the MPI
+    processor name under a launcher), else the machine itself (its boot and namespaces, the key
+    shared memory is offered by). Learned in one small all-gather when the communicator is made
+    (every rank makes it together); a sub-communicator takes its members' from its parent.
     """
 
-    def __init__(self, adapter: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, adapter: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT,
+                 hosts: list[int] | None = None):
         self.adapter = adapter
         self.rank: int = adapter.rank
         self.size: int = adapter.size
@@ -35,6 +42,12 @@ class Comm:
         self.replay_cache = ReplayCache()  # call signature -> what its first call worked out (call.py)
         self.activity: Any = None  # an activity.Activity where rs.spawn watches this rank
         self.children: list[Comm] = []  # communicators made from this one (mesh dims), closed with it
+        self.hosts: list[int] = _numbered(hosts) if hosts is not None else _learn_hosts(adapter)
+
+    @property
+    def host(self) -> int:
+        """This rank's host index (see ``hosts``)."""
+        return self.hosts[self.rank]
 
     @property
     def group(self) -> Any:
@@ -69,6 +82,37 @@ class Comm:
 
 
 _current: Comm | None = None
+
+
+def _numbered(keys: list[int]) -> list[int]:
+    """Host keys as indices 0, 1, ... in the order of each host's lowest rank."""
+    index: dict[int, int] = {}
+    return [index.setdefault(int(k), len(index)) for k in keys]
+
+
+def _host_key(adapter: Any) -> int:
+    """This rank's host, as a number every rank of that host computes alike."""
+    group = os.environ.get("GROUP_RANK")  # torchrun: the index of this rank's node
+    if group is not None and "TORCHELASTIC_RUN_ID" in os.environ:
+        return -1 - int(group)
+    if adapter.name == "mpi" and launcher_env() is not None:
+        from mpi4py import MPI
+
+        return int.from_bytes(hashlib.blake2b(MPI.Get_processor_name().encode(), digest_size=8).digest(), "little") >> 1
+    from .engines.shm import host_key
+
+    return host_key()
+
+
+def _learn_hosts(adapter: Any) -> list[int]:
+    """Collective: every rank's host index, from one all-gather of an int64 per rank."""
+    if adapter.size == 1:
+        return [0]
+    import numpy as np
+
+    mine = np.array([_host_key(adapter)], dtype=np.int64)
+    keys = adapter.allgather_bytes(mine.view(np.uint8), "hosts").view(np.int64).reshape(-1)
+    return _numbered([int(k) for k in keys])
 
 
 def current(comm: Comm | None = None) -> Comm:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from . import handles
 from .comm import Comm, current
 from .errors import InvalidArgument
 from .layout import check_int, ravel, unravel
@@ -70,6 +71,7 @@ class Mesh:
         the ranks that share every other coordinate, ranked by their coordinate along ``dim``."""
         m = self.dim_index(dim)
         if m not in self._subs:
+            handles.settle()  # a collective: after the calls started before it
             groups, seen = [], set()
             for r in range(self.size):
                 members = self.group_of(m, unravel(r, self.shape))
@@ -77,11 +79,21 @@ class Mesh:
                     seen.add(members[0])
                     groups.append(members)
             adapter = self.comm.adapter.subgroup(groups)
-            sub = Comm(adapter, check=self.comm.check, timeout=self.comm.timeout)
+            members = next(g for g in groups if self.comm.rank in g)
+            sub = Comm(adapter, check=self.comm.check, timeout=self.comm.timeout,
+                       hosts=[self.comm.hosts[q] for q in members])
             sub.activity = self.comm.activity
             self.comm.children.append(sub)
             self._subs[m] = sub
         return self._subs[m]
+
+    @classmethod
+    def from_hosts(cls, comm: Comm | None = None) -> Mesh:
+        """The mesh ``(hosts, ranks per host)`` of ``comm`` (dims named "host" and "local"):
+        ranks on one host share a row, so ``sub("local")`` holds the peers that may share
+        memory and ``sub("host")`` the ranks with the same local index on every host."""
+        comm = current(comm)
+        return cls(hosts_mesh_shape(comm.hosts), names=("host", "local"), comm=comm)
 
     @classmethod
     def from_torch(cls, device_mesh: Any, comm: Comm | None = None) -> Mesh:
@@ -97,3 +109,19 @@ class Mesh:
 
     def __repr__(self) -> str:
         return f"Mesh(shape={self.shape}, names={self.names}, coord={self.coord})"
+
+
+def hosts_mesh_shape(hosts: Sequence[int]) -> tuple[int, int]:
+    """``(hosts, ranks per host)`` for ranks with these host indices; ``InvalidArgument`` where
+    the hosts hold different numbers of ranks or a host's ranks are not consecutive."""
+    count = max(hosts) + 1
+    per_host = [list(hosts).count(h) for h in range(count)]
+    if len(set(per_host)) > 1:
+        held = ", ".join(f"host {h}: {k}" for h, k in enumerate(per_host))
+        raise InvalidArgument(f"the hosts hold different numbers of ranks ({held}); a (hosts, ranks per host) "
+                              "mesh needs the same number on each")
+    local = per_host[0]
+    if list(hosts) != [r // local for r in range(len(hosts))]:
+        raise InvalidArgument(f"the ranks of a host are not consecutive (host of each rank: {list(hosts)}); a mesh "
+                              "lays ranks out row-major, so start the ranks host by host")
+    return count, local
