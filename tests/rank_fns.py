@@ -640,3 +640,33 @@ def fft_scipy_backend(comm):
         return "ok", np.asarray(rs.fft.fftn(x, mesh, "S(0)", backend="scipy")), rs.fft.output_layout(full.shape, mesh, "S(0)")
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc), None
+
+
+def two_level_against_flat(comm, cases):
+    """Per case (shape, split_dim, concat_dim): all_to_all hierarchical (twice: the second a
+    replay) equal to flat; the steps it ran; and on torch the same gradient both ways."""
+    import torch
+
+    n, r = comm.size, comm.rank
+    out = []
+    for shape, s, c in cases:
+        mine = [*shape[:c], max(0, shape[c] - r), *shape[c + 1:]]
+        x = (np.arange(int(np.prod(mine)), dtype=np.float32) + 1000 * r).reshape(mine)
+        flat = rs.all_to_all(x, s, c, algorithm="flat")
+        same = all(np.array_equal(rs.all_to_all(x, s, c, algorithm="hierarchical"), flat) for _ in range(2))
+        ran = [step.collective for step in rs.last_exchange().steps]
+        grads = []
+        for algorithm in ("flat", "hierarchical"):
+            xt = torch.from_numpy(x.copy()).requires_grad_(True)
+            y = rs.all_to_all(xt, s, c, algorithm=algorithm)
+            (y * torch.arange(float(y.numel())).reshape(y.shape)).sum().backward()
+            grads.append(xt.grad)
+        out.append((same, ran, torch.equal(*grads)))
+    errors = []
+    for kwargs in ({"algorithm": "fastest"}, {"algorithm": "hierarchical", "split_dim": 0, "concat_dim": 0}):
+        try:
+            rs.all_to_all(np.zeros((2 * n, 2), np.float32), **{"split_dim": 0, "concat_dim": 1, **kwargs})
+            errors.append("no error")
+        except rs.ReshardError as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    return out, errors

@@ -33,12 +33,12 @@ HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 # "gloo-one-call": gloo moving each op's pieces in one all_to_all_single, as NCCL does, rather
 # than in its own point-to-point messages. "gloo-shm": every message between the ranks (all on
 # this host), however small, through shared memory. "*-async": every call started with
-# async_op=True and its handle waited for (two world sizes: the worker runs the same code).
+# async_op=True and its handle waited for (one world size: the worker runs the same code).
 ENGINES = ("gloo", "gloo-one-call", "gloo-shm", "mpi", "mpi-notorch", "gloo-async", "mpi-async")
 KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "gloo-shm": ("torch", "numpy"),
          "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",), "gloo-async": ("torch", "numpy"),
          "mpi-async": ("torch", "numpy")}
-SIZES = {"gloo-async": (1, 3), "mpi-async": (2, 4)}
+SIZES = {"gloo-async": (3,), "mpi-async": (2,)}
 NO_TORCH_DIR = os.path.join(os.path.dirname(__file__), "no_torch")
 
 

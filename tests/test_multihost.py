@@ -30,6 +30,17 @@ JOB = textwrap.dedent(
         assert np.array_equal(cols, rs.local_shard(A, rs.Shard(1), comm.rank, comm.size)), (shape, comm.rank)
         back = rs.all_to_all(np.ascontiguousarray(cols), split_dim=0, concat_dim=1)
         assert np.array_equal(back, rows)
+    # the two-level exchange (inside each host, then across) gives the flat exchange's result
+    for shape, s, c in [((9, 5), 0, 1), ((4, 6, 3), 2, 0)]:
+        lengths = [shape[c] + q for q in range(comm.size)]  # uneven along concat_dim
+        mine = [*shape[:c], lengths[comm.rank], *shape[c + 1:]]
+        x = (np.arange(int(np.prod(mine)), dtype=np.float32) + 1000 * comm.rank).reshape(mine)
+        flat = rs.all_to_all(x, s, c, algorithm="flat")
+        for algorithm in ("hierarchical", "auto"):
+            two = rs.all_to_all(x, s, c, algorithm=algorithm)
+            assert two.shape == flat.shape and np.array_equal(two, flat), (algorithm, shape, comm.rank)
+            ran = [step.collective for step in rs.last_exchange().steps]
+            assert ran == ["local", "all_to_all (inside the host)", "all_to_all (across hosts)"], ran
     local = comm.adapter.local
     mesh = rs.Mesh.from_hosts(comm)
     assert comm.hosts == [0, 0, 1, 1] and comm.host == comm.rank // 2, comm.hosts

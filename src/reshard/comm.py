@@ -43,6 +43,7 @@ class Comm:
         self.activity: Any = None  # an activity.Activity where rs.spawn watches this rank
         self.children: list[Comm] = []  # communicators made from this one (mesh dims), closed with it
         self.hosts: list[int] = _numbered(hosts) if hosts is not None else _learn_hosts(adapter)
+        self.hosts_mesh: Any = None  # rs.Mesh.from_hosts(self), made by the first two-level exchange
 
     @property
     def host(self) -> int:

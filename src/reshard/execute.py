@@ -15,7 +15,19 @@ from typing import Any
 from . import step_runs
 from .call import Call, wants_grad
 from .engines.base import CallState
-from .steps import AllGather, AllToAll, AllToAllV, ExchangeBoxes, Gather, Keep, OnMeshDim, RankPlan, ReduceScatter, Step
+from .steps import (
+    AllGather,
+    AllToAll,
+    AllToAllV,
+    ExchangeBoxes,
+    Gather,
+    Keep,
+    OnMeshDim,
+    RankPlan,
+    ReduceScatter,
+    Reorder,
+    Step,
+)
 
 Array = Any  # torch.Tensor or numpy.ndarray
 Runner = Callable[..., Array]  # (call, x, prepared=None) -> the step's output
@@ -71,6 +83,8 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
         return lambda k, xt, prepared=None: step_runs.reduce_scatter_core(k, xt, step.dim, step.op)
     if isinstance(step, Keep):
         return lambda k, xt, prepared=None: step_runs.keep(k, xt, step)
+    if isinstance(step, Reorder):
+        return lambda k, xt, prepared=None: step_runs.reorder(k, xt, step)
     if isinstance(step, ExchangeBoxes):  # on the engine's own collective where it has one for boxes
         form = getattr(call.adapter, "boxes_form", None)
         return step_runs.BoxRun(step, form(call, x, step) if form is not None and step.moves else None)

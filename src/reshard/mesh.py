@@ -14,6 +14,7 @@ from . import handles
 from .comm import Comm, current
 from .errors import InvalidArgument
 from .layout import check_int, ravel, unravel
+from .validate import hosts_mesh_shape
 
 __all__ = ["Mesh", "ravel", "unravel"]
 
@@ -110,18 +111,3 @@ class Mesh:
     def __repr__(self) -> str:
         return f"Mesh(shape={self.shape}, names={self.names}, coord={self.coord})"
 
-
-def hosts_mesh_shape(hosts: Sequence[int]) -> tuple[int, int]:
-    """``(hosts, ranks per host)`` for ranks with these host indices; ``InvalidArgument`` where
-    the hosts hold different numbers of ranks or a host's ranks are not consecutive."""
-    count = max(hosts) + 1
-    per_host = [list(hosts).count(h) for h in range(count)]
-    if len(set(per_host)) > 1:
-        held = ", ".join(f"host {h}: {k}" for h, k in enumerate(per_host))
-        raise InvalidArgument(f"the hosts hold different numbers of ranks ({held}); a (hosts, ranks per host) "
-                              "mesh needs the same number on each")
-    local = per_host[0]
-    if list(hosts) != [r // local for r in range(len(hosts))]:
-        raise InvalidArgument(f"the ranks of a host are not consecutive (host of each rank: {list(hosts)}); a mesh "
-                              "lays ranks out row-major, so start the ranks host by host")
-    return count, local

@@ -37,6 +37,7 @@ Array = Any  # torch.Tensor or numpy.ndarray
 def all_to_all(
     x: Array, split_dim: int, concat_dim: int, comm: Comm | None = None,
     split_sizes: Sequence[int] | None = None, *, check: bool | None = None, async_op: bool = False,
+    algorithm: str = "auto",
 ) -> Array:
     """Cut ``x`` along ``split_dim`` into one piece per rank, send piece j to rank j, and
     concatenate what arrives along ``concat_dim`` in rank order. Sums nothing, copies nothing
@@ -49,6 +50,11 @@ def all_to_all(
       concat_dim: the dim the received pieces are joined along; may equal ``split_dim``.
       split_sizes: how to cut ``split_dim`` (one int per rank, same on every rank); default the
         balanced rule ``shard_sizes(S, N)``.
+      algorithm: ``"flat"`` (every rank sends to every rank), ``"hierarchical"`` (two levels
+        over ``comm.hosts``: inside each host, then one message per remote host, among the
+        ranks with the same local index; needs ``split_dim != concat_dim`` and the same
+        number of consecutive ranks on each host) or ``"auto"`` (hierarchical across several
+        hosts where it applies, else flat). Every algorithm gives the same result.
 
     Returns:
       With ``split_dim != concat_dim``: ``x.shape`` with ``S -> sizes[r]`` and
@@ -61,18 +67,28 @@ def all_to_all(
     ``wait()`` returns the above.
     """
     if async_op:
-        return start_call(
-            "all_to_all", lambda: all_to_all(x, split_dim, concat_dim, comm, split_sizes, check=check), comm, x)
-    replayed, call = begin("all_to_all", x, comm, check, (split_dim, concat_dim, split_sizes), ("split_dim", "concat_dim"))
+        return start_call("all_to_all", lambda: all_to_all(x, split_dim, concat_dim, comm, split_sizes, check=check,
+                                                           algorithm=algorithm), comm, x)
+    replayed, call = begin("all_to_all", x, comm, check, (split_dim, concat_dim, split_sizes, algorithm),
+                           ("split_dim", "concat_dim", "algorithm"))
     if call is None:
         return replayed
-    args = call.validate(validate.all_to_all, call.size, split_dim, concat_dim, split_sizes)
+    args = call.validate(validate.all_to_all, call.size, split_dim, concat_dim, split_sizes, algorithm, call.comm.hosts)
     prepare = None
     if args is not None:
-        call.record.args, call.record.split_sizes = (args.split_dim, args.concat_dim), args.split_sizes
+        call.record.args = (args.split_dim, args.concat_dim, validate.ALGORITHMS.index(args.algorithm))
+        call.record.split_sizes = args.split_sizes
         own = args.split_sizes or tuple(shard_sizes(call.x.shape[args.split_dim], call.size))
-        prepare = execute.prepare_send(call, call.x, args.split_dim, own)
+        if args.algorithm == "flat":
+            prepare = execute.prepare_send(call, call.x, args.split_dim, own)
     shapes = call.agree(free_dims=(args.concat_dim,) if args else (), prepare=prepare)
+    if args.algorithm == "hierarchical":
+        if call.comm.hosts_mesh is None:  # made once: its sub-communicators are kept with it
+            call.comm.hosts_mesh = Mesh.from_hosts(call.comm)
+        mesh = call.comm.hosts_mesh
+        plan = planner.all_to_all_hierarchical(call.rank, shapes, args.split_dim, args.concat_dim, mesh.shape[0],
+                                               args.split_sizes)
+        return execute.run(call, x, plan, backward=lambda: plan.reverse(), sub=mesh.sub)
     plan = planner.all_to_all(call.rank, shapes, args.split_dim, args.concat_dim, args.split_sizes)
     return execute.run(call, x, plan, backward=lambda: plan.reverse())
 

@@ -37,6 +37,7 @@ from .steps import (
     OnMeshDim,
     RankPlan,
     ReduceScatter,
+    Reorder,
     Shape,
     Step,
     with_dim,
@@ -68,6 +69,33 @@ def all_to_all(rank: int, shapes: Sequence[Shape], split_dim: int, concat_dim: i
         pieces = [_piece(sh[s], n, rank) for sh in shapes]
     lengths = tuple(pieces) if s == c else tuple(int(sh[c]) for sh in shapes)
     return RankPlan("all_to_all", rank, n, (AllToAll(mine, s, c, send, with_dim(mine, s, pieces[rank]), lengths),))
+
+
+def all_to_all_hierarchical(rank: int, shapes: Sequence[Shape], split_dim: int, concat_dim: int,
+                            hosts: int, split_sizes: Sequence[int] | None = None) -> RankPlan:
+    """``all_to_all`` in two levels over ``hosts`` hosts of ``L = N // hosts`` consecutive ranks
+    (Tutel's 2-D form; ``split_dim != concat_dim``): the pieces reordered so that what goes to
+    each local index is one run; an exchange among this host's ranks, after which local rank l
+    holds everything its host sends to local rank l of every host; then one among the ranks
+    with this local index on every host (one message per remote host). The result is the flat
+    exchange's, element for element."""
+    flat = all_to_all(rank, shapes, split_dim, concat_dim, split_sizes).steps[0]
+    n, s, c = len(shapes), split_dim, concat_dim
+    per_host = n // hosts
+    host, local = divmod(rank, per_host)
+    send = flat.send_sizes  # the same on every rank: the split dim agrees across ranks
+    lengths = [int(sh[c]) for sh in shapes]
+    order = tuple(h * per_host + le for le in range(per_host) for h in range(hosts))
+    to_local = tuple(sum(send[h * per_host + le] for h in range(hosts)) for le in range(per_host))
+    mine = flat.in_shape
+    inside = AllToAll(mine, s, c, to_local, with_dim(mine, s, to_local[local]),
+                      tuple(lengths[host * per_host + le] for le in range(per_host)))
+    across = AllToAll(inside.out_shape, s, c, tuple(send[h * per_host + local] for h in range(hosts)),
+                      with_dim(inside.out_shape, s, send[rank]),
+                      tuple(sum(lengths[h * per_host : (h + 1) * per_host]) for h in range(hosts)))
+    steps = (Reorder(s, send, order), OnMeshDim(1, "all_to_all (inside the host)", (inside,)),
+             OnMeshDim(0, "all_to_all (across hosts)", (across,)))
+    return RankPlan("all_to_all", rank, n, steps)
 
 
 def all_to_all_v(rank: int, size: int, segments: Sequence[tuple[Sequence[int], Sequence[int]]],

@@ -24,7 +24,7 @@ from .engines.base import CallState
 from .layout import offsets, shard_sizes
 from .pieces import contiguous, data_ptr, exchange_packed, narrow, pack, segments, with_dim
 from .plan import region_numel as box_size
-from .steps import Box, ExchangeBoxes, Keep
+from .steps import Box, ExchangeBoxes, Keep, Reorder
 
 Array = Any  # torch.Tensor or numpy.ndarray
 
@@ -109,6 +109,19 @@ def keep(call: CallState, x: Array, step: Keep) -> Array:
     # embed (Shard -> Partial): the shard in a full tensor, the rest op's identity
     out = arrays.full_like(alloc(arrays, call.stats, step.shape, like=x), arrays.identity(x, step.op))
     arrays.copy(narrow(out, step.dim, step.start, step.length), x)
+    return out
+
+
+def reorder(call: CallState, x: Array, step: Reorder) -> Array:
+    """The pieces of ``x`` along ``step.dim`` in ``step.order`` (``steps.Reorder``): one copy."""
+    starts = offsets(step.lengths)
+    out = alloc(call.arrays, call.stats, x.shape, like=x)
+    at = 0
+    for piece in step.order:
+        length = step.lengths[piece]
+        call.arrays.copy(narrow(out, step.dim, at, length), narrow(x, step.dim, starts[piece], length))
+        at += length
+    call.stats.pack_copies += 1
     return out
 
 

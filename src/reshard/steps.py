@@ -113,6 +113,24 @@ class Keep:
 
 
 @dataclass(frozen=True)
+class Reorder:
+    """No traffic: the pieces of ``x`` along ``dim`` (``lengths`` long, in order) put in the
+    order ``order`` (piece ``order[i]`` first...), one copy. A two-level exchange's first move:
+    what goes to each local rank becomes one run."""
+
+    collective: ClassVar[str] = "local"
+    dim: int
+    lengths: tuple[int, ...]
+    order: tuple[int, ...]
+
+    def reverse(self) -> Reorder:
+        back = [0] * len(self.order)
+        for i, piece in enumerate(self.order):
+            back[piece] = i
+        return Reorder(self.dim, tuple(self.lengths[o] for o in self.order), tuple(back))
+
+
+@dataclass(frozen=True)
 class ExchangeBoxes:
     """One exchange of boxes over a mesh: the rank's input covers ``held``, its result
     ``target``; ``sends``/``recvs`` are (peer, box) ascending by peer, ``kept`` the boxes of
@@ -145,8 +163,11 @@ class OnMeshDim:
     def collective(self) -> str:
         return self.name
 
+    def reverse(self) -> OnMeshDim:
+        return OnMeshDim(self.mesh_dim, self.name, tuple(s.reverse() for s in reversed(self.steps)))
 
-Step = AllToAll | AllToAllV | AllGather | Gather | ReduceScatter | Keep | ExchangeBoxes | OnMeshDim
+
+Step = AllToAll | AllToAllV | AllGather | Gather | ReduceScatter | Keep | Reorder | ExchangeBoxes | OnMeshDim
 
 
 @dataclass(frozen=True)

@@ -72,13 +72,57 @@ class AllToAllArgs:
     split_dim: int
     concat_dim: int
     split_sizes: tuple[int, ...] | None
+    algorithm: str = "flat"  # as it will run: "flat" or "hierarchical"
 
 
-def all_to_all(x: Array, size: int, split_dim: Any, concat_dim: Any, split_sizes: Any) -> AllToAllArgs:
+ALGORITHMS = ("flat", "hierarchical", "auto")
+
+
+def all_to_all(x: Array, size: int, split_dim: Any, concat_dim: Any, split_sizes: Any, algorithm: Any = "flat",
+               hosts: Sequence[int] = ()) -> AllToAllArgs:
     s = normalize_dim(split_dim, x.ndim, "split_dim")
     c = normalize_dim(concat_dim, x.ndim, "concat_dim")
     cut = sizes(split_sizes, x.shape[s], size) if split_sizes is not None else None
-    return AllToAllArgs(s, c, cut)
+    return AllToAllArgs(s, c, cut, exchange_algorithm(algorithm, hosts, s, c))
+
+
+def exchange_algorithm(algorithm: Any, hosts: Sequence[int], split_dim: int, concat_dim: int) -> str:
+    """The algorithm an all_to_all runs: ``"auto"`` is two-level where the ranks span several
+    hosts of several ranks each, laid out host by host, and the exchange cuts and joins
+    different dims; flat otherwise (one host, or nothing to aggregate)."""
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise InvalidArgument(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
+    if algorithm == "flat":
+        return "flat"
+    if algorithm == "auto":
+        if split_dim == concat_dim or len(set(hosts)) < 2:
+            return "flat"
+        try:
+            count, local = hosts_mesh_shape(hosts)
+        except InvalidArgument:
+            return "flat"
+        return "hierarchical" if local > 1 else "flat"
+    if split_dim == concat_dim:
+        raise InvalidArgument("algorithm='hierarchical' needs split_dim != concat_dim (its second exchange "
+                              "joins along concat_dim what the first one gathered)")
+    hosts_mesh_shape(hosts)
+    return "hierarchical"
+
+
+def hosts_mesh_shape(hosts: Sequence[int]) -> tuple[int, int]:
+    """``(hosts, ranks per host)`` for ranks with these host indices; ``InvalidArgument`` where
+    the hosts hold different numbers of ranks or a host's ranks are not consecutive."""
+    count = max(hosts) + 1
+    per_host = [list(hosts).count(h) for h in range(count)]
+    if len(set(per_host)) > 1:
+        held = ", ".join(f"host {h}: {k}" for h, k in enumerate(per_host))
+        raise InvalidArgument(f"the hosts hold different numbers of ranks ({held}); a (hosts, ranks per host) "
+                              "mesh needs the same number on each")
+    local = per_host[0]
+    if list(hosts) != [r // local for r in range(len(hosts))]:
+        raise InvalidArgument(f"the ranks of a host are not consecutive (host of each rank: {list(hosts)}); a mesh "
+                              "lays ranks out row-major, so start the ranks host by host")
+    return count, local
 
 
 def all_to_all_v(x: Array, size: int, send_counts: Any, recv_counts: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:

@@ -1,0 +1,91 @@
+"""The two-level all_to_all plan (``planner.all_to_all_hierarchical``), worked through on numpy
+for every rank of H hosts x L ranks: its steps (reorder, the exchange inside each host, the one
+across hosts) must give every rank what the flat exchange gives, element for element. The same
+plans run on real ranks in test_multihost.py (two hosts) and on one host in test_conformance."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rank_fns
+import reshard as rs
+from oracle import all_to_all_expected, balanced, pattern, starts, take
+from reshard import planner, steps
+
+
+def _cut(x, dim, lengths):
+    return [take(x, dim, a, a + k) for a, k in zip(starts(list(lengths)), lengths)]
+
+
+def _exchange(inputs, members, step_of):
+    """One AllToAll step among ``members`` (their ranks in group order): piece j of each to member j."""
+    out = {}
+    for j, r in enumerate(members):
+        step = step_of[r]
+        pieces = [_cut(inputs[q], step_of[q].split_dim, step_of[q].send_sizes)[j] for q in members]
+        for i, q in enumerate(members):
+            assert pieces[i].shape == step.recv_shapes[i], (r, q, pieces[i].shape, step.recv_shapes[i])
+        out[r] = np.concatenate(pieces, axis=step.concat_dim)
+        assert out[r].shape == step.out_shape
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(hosts=st.integers(1, 4), per_host=st.integers(1, 4), ndim=st.integers(2, 3), data=st.data())
+def test_two_level_plan_gives_every_rank_the_flat_result(hosts, per_host, ndim, data):
+    n = hosts * per_host
+    s, c = data.draw(st.permutations(range(ndim)))[:2]
+    shape = [data.draw(st.integers(0, 4)) for _ in range(ndim)]
+    shape[s] = data.draw(st.integers(0, 3 * n + 2))
+    lengths = [data.draw(st.integers(0, 3)) for _ in range(n)]  # each rank's length along concat_dim
+    split = data.draw(st.one_of(st.none(), st.lists(st.integers(0, 3), min_size=n, max_size=n)))
+    if split is not None:
+        shape[s] = sum(split)
+    full = pattern(tuple(shape[:c] + [sum(lengths)] + shape[c + 1 :]), "float64")
+    inputs = dict(enumerate(_cut(full, c, lengths)))
+    shapes = [x.shape for x in inputs.values()]
+    plans = {r: planner.all_to_all_hierarchical(r, shapes, s, c, hosts, split) for r in range(n)}
+    reorder = {r: p.steps[0] for r, p in plans.items()}
+    assert all(isinstance(st_, steps.Reorder) for st_ in reorder.values())
+    held = {r: np.concatenate([_cut(x, reorder[r].dim, reorder[r].lengths)[o] for o in reorder[r].order],
+                              axis=reorder[r].dim) for r, x in inputs.items()}
+    inside = {r: p.steps[1].steps[0] for r, p in plans.items()}
+    across = {r: p.steps[2].steps[0] for r, p in plans.items()}
+    after_inside = {}
+    for h in range(hosts):
+        after_inside |= _exchange(held, [h * per_host + le for le in range(per_host)], inside)
+    result = {}
+    for le in range(per_host):
+        result |= _exchange(after_inside, [h * per_host + le for h in range(hosts)], across)
+    for r in range(n):
+        want = all_to_all_expected(full, s, c, n, r, lengths, split)
+        assert result[r].shape == want.shape and np.array_equal(result[r], want), r
+
+
+def test_the_plan_back_is_the_two_level_exchange_back():
+    shapes = [(6, 2), (6, 3), (6, 1), (6, 2)]
+    plan = planner.all_to_all_hierarchical(1, shapes, 0, 1, 2)
+    back = plan.reverse()
+    assert [type(st) for st in back.steps] == [steps.OnMeshDim, steps.OnMeshDim, steps.Reorder]
+    assert back.steps[0].mesh_dim == 0 and back.steps[1].mesh_dim == 1
+    assert back.steps[2].reverse() == plan.steps[0]
+    assert balanced(6, 4) == list(plan.steps[0].lengths)
+
+
+@pytest.mark.parametrize(("engine", "n"), [("gloo", 1), ("gloo", 4), pytest.param("mpi", 3, marks=pytest.mark.skipif(
+    importlib.util.find_spec("mpi4py") is None, reason="mpi4py is not installed"))])
+def test_two_levels_on_one_host_equal_flat_on_real_ranks(engine, n):
+    # one host: the exchange across hosts is each rank's message to itself
+    cases = [((5, 7), 0, 1), ((6, 5), 1, 0), ((3, 4, 5), 2, 0), ((2, 3, 7), 0, 2), ((0, 4), 1, 0)]
+    for rank, (outcomes, errors) in enumerate(rs.spawn(rank_fns.two_level_against_flat, n, engine=engine,
+                                                       args=(cases,))):
+        for case, (same, ran, grads_equal) in zip(cases, outcomes):
+            assert same and grads_equal, (rank, case)
+            assert ran == ["local", "all_to_all (inside the host)", "all_to_all (across hosts)"], ran
+        assert errors[0].startswith("InvalidArgument") and "algorithm must be one of" in errors[0], errors
+        assert errors[1].startswith("InvalidArgument") and "needs split_dim != concat_dim" in errors[1], errors
