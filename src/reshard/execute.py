@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import step_runs
+from . import planner, step_runs
 from .call import Call, wants_grad
 from .engines.base import CallState
 from .steps import (
@@ -41,10 +41,16 @@ class PlanRun:
     ``prepared`` (what ``prepare`` or the engine's ``prepare_send`` returned) goes to the
     first step. ``sub(m)`` gives the communicator along mesh dim ``m`` (mesh plans only)."""
 
-    def __init__(self, call: CallState, x: Array, plan: RankPlan, sub: SubComm | None = None, record: bool = True):
+    def __init__(self, call: CallState, x: Array, plan: RankPlan, sub: SubComm | None = None, record: bool = True,
+                 mesh_shape: Any = None):
         self.plan = plan
         self.record = record
         self.runners = [(step.collective, _runner(call, x, step, sub)) for step in plan.steps]
+        self.cross_host = (0, 0)  # (bytes, messages) to other hosts, from the plan: the same every run
+        hosts = getattr(getattr(call, "comm", None), "hosts", None)
+        if record and hosts is not None and len(set(hosts)) > 1 and len(hosts) == plan.size:
+            elements, messages = planner.cross_host_traffic(plan, tuple(x.shape), hosts, mesh_shape)
+            self.cross_host = (elements * call.arrays.itemsize(x), messages)
 
     def __call__(self, k: CallState, xt: Array, prepared: Any = None) -> Array:
         stats = k.stats
@@ -54,6 +60,9 @@ class PlanRun:
             prepared = None
             if self.record:
                 stats.end_step(name, started)
+        if self.cross_host[1]:
+            stats.cross_host_bytes_sent += self.cross_host[0]
+            stats.cross_host_messages += self.cross_host[1]
         return xt
 
     @property
@@ -119,23 +128,23 @@ def prepare_send(call: CallState, x: Array, split_dim: int, send_sizes: Any) -> 
     return call.adapter.prepare_send(call, x, split_dim, send_sizes)
 
 
-def run(call: Call, x: Array, plan: RankPlan, backward: Any = None, sub: Any = None) -> Array:
+def run(call: Call, x: Array, plan: RankPlan, backward: Any = None, sub: Any = None, mesh_shape: Any = None) -> Array:
     """The end of every public collective: run ``plan`` on this rank (the call's prepared work
     to its first step), put the result on the autograd tape with its backward (``backward()``
     gives the plan back, or a function of the gradient), keep the run for the next call with
     the same signature, and return the result."""
-    run = PlanRun(call, call.x, plan, sub)
+    run = PlanRun(call, call.x, plan, sub, mesh_shape=mesh_shape)
     out = run(call, call.x, call.prepared)
     grad = None
     if backward is not None:
-        grad = _grad(call.comm, backward, sub)
+        grad = _grad(call.comm, backward, sub, mesh_shape)
         if wants_grad(x):
             out = grad(call, x, out)
     call.remember(run, grad, run.prepare)
     return call.result(out)
 
 
-def _grad(comm: Any, backward: Any, sub: Any) -> Any:
+def _grad(comm: Any, backward: Any, sub: Any, mesh_shape: Any = None) -> Any:
     """``grad(call, x, out)``: ``out`` on the autograd tape, its backward the plan back."""
     def grad(k: Call, x: Array, out: Array) -> Array:
         from . import autograd
@@ -149,7 +158,7 @@ def _grad(comm: Any, backward: Any, sub: Any) -> Any:
             kk = Call(back.op, g, comm, False)
             kk.take_input()
             if not runs:
-                runs.append(PlanRun(kk, kk.x, back, sub))
+                runs.append(PlanRun(kk, kk.x, back, sub, mesh_shape=mesh_shape))
             return kk.result(runs[0](kk, kk.x))
 
         return autograd.attach(x, out, reverse)

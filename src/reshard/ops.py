@@ -88,7 +88,7 @@ def all_to_all(
         mesh = call.comm.hosts_mesh
         plan = planner.all_to_all_hierarchical(call.rank, shapes, args.split_dim, args.concat_dim, mesh.shape[0],
                                                args.split_sizes)
-        return execute.run(call, x, plan, backward=lambda: plan.reverse(), sub=mesh.sub)
+        return execute.run(call, x, plan, backward=lambda: plan.reverse(), sub=mesh.sub, mesh_shape=mesh.shape)
     plan = planner.all_to_all(call.rank, shapes, args.split_dim, args.concat_dim, args.split_sizes)
     return execute.run(call, x, plan, backward=lambda: plan.reverse())
 

@@ -275,8 +275,23 @@ def _one(step: Step, rank: int, n: int, shape: Shape) -> tuple[dict[int, int], d
             return {p: v for p, v in acc.items() if v}
 
         return per_peer(step.sends), per_peer(step.recvs), tuple(b - a for a, b in step.target)
+    if isinstance(step, Reorder):
+        return {}, {}, shape
     if isinstance(step, Keep):
         if step.action == "slice":
             return {}, {}, with_dim(shape, step.dim, step.length)
         return {}, {}, step.shape if step.shape is not None else shape
     raise TypeError(f"not a step: {step!r}")
+
+
+def cross_host_traffic(plan: RankPlan, in_shape: Sequence[int], hosts: Sequence[int],
+                       mesh_shape: Sequence[int] | None = None) -> tuple[int, int]:
+    """(elements, messages) rank ``plan.rank`` sends to ranks on other hosts over the whole plan
+    (``hosts[q]``: rank q's host): a message is one step's part for one peer."""
+    mine, elements, messages = hosts[plan.rank], 0, 0
+    for _, sent, _ in rank_traffic(plan, in_shape, mesh_shape):
+        for peer, count in sent.items():
+            if hosts[peer] != mine:
+                elements += count
+                messages += 1
+    return elements, messages

@@ -54,7 +54,7 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
         gshape = _global_shape(shapes, args.src, mesh_shape, rule, world) if free else tuple(call.x.shape)
     plan = planner.redistribute(gshape, args.src, args.dst, mesh_shape, call.rank, rule)
     sub = (lambda m: call.comm) if world else mesh.sub
-    run = execute.PlanRun(call, call.x, plan, sub)
+    run = execute.PlanRun(call, call.x, plan, sub, mesh_shape=mesh_shape)
     out = run(call, call.x, call.prepared)
     back = [planner.backward_placements(a, b) for a, b in zip(args.src, args.dst)]
     back_src, back_dst = tuple(b[0] for b in back), tuple(b[1] for b in back)

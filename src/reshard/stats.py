@@ -33,6 +33,8 @@ class ExchangeStats:
     metadata_exchanges: int = 0
     allocated_bytes: int = 0  # buffers and results this op allocated (its memory beyond the input)
     replayed: bool = False  # the plan of an earlier call with the same signature was reused
+    cross_host_bytes_sent: int = 0  # of bytes_sent, those to ranks on other hosts (comm.hosts)
+    cross_host_messages: int = 0  # messages to ranks on other hosts (one per step and peer)
     steps: list[ExecutedStep] = field(default_factory=list)  # in the order they ran
     _received_into: Any = field(default=0, repr=False, compare=False)  # an address, or a weakref to the result
 
