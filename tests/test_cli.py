@@ -70,3 +70,20 @@ def test_plan_text():
     run = reshard_cli("plan", "--shape", "6x6", "--ranks", "3")
     assert run.returncode == 0
     assert "rows 0-1, cols 2-3 -> rank 1" in run.stdout
+
+
+def test_plan_on_hosts_sets_flat_beside_two_level():
+    run = reshard_cli("plan", "--hosts", "512", "--ranks-per-host", "8", "--shape", "65536x65536", "--dtype", "bfloat16",
+                      "--json")
+    assert run.returncode == 0, run.stderr
+    table = json.loads(run.stdout)
+    per_rank = 65536 * 65536 * 2 // 4096  # 2 MiB: 512 B to each of 4,096 ranks
+    link = 8 * 512 * (4096 - 8)  # every rank of a host sends 512 B to each rank on the other 511 hosts
+    assert table["bytes_per_rank"] == per_rank
+    assert (table["flat"]["messages_inside_per_rank"], table["flat"]["messages_across_per_rank"]) == (7, 4088)
+    assert (table["hierarchical"]["messages_inside_per_rank"], table["hierarchical"]["messages_across_per_rank"]) == (7, 511)
+    assert table["flat"]["bytes_per_host_link"] == table["hierarchical"]["bytes_per_host_link"] == link
+    assert table["hierarchical"]["bytes_inside_per_rank"] == per_rank * 7 // 8
+    assert table["hierarchical"]["estimate_s"] < table["flat"]["estimate_s"]
+    text = reshard_cli("plan", "--hosts", "2", "--ranks-per-host", "2", "--shape", "8x8").stdout
+    assert "flat" in text and "hierarchical" in text and "per host link" in text

@@ -16,7 +16,7 @@ MAX_LINES = 500
 LAYERS = [
     ["errors", "meta"],
     ["layout", "messages", "settings"],
-    ["plan", "arrays", "rank_plan", "steps"],
+    ["plan", "arrays", "rank_plan", "steps", "hosts_plan"],
     ["mesh_plan"],
     ["planner"],
     ["rank_view"],
@@ -50,7 +50,7 @@ LAYERS = [
     ["cli"],
     ["__main__", ""],
 ]
-PURE = {"layout", "plan", "rank_plan", "mesh_plan", "steps", "planner", "rank_view", "errors", "messages", "settings", "stats", "activity"}
+PURE = {"hosts_plan", "layout", "plan", "rank_plan", "mesh_plan", "steps", "planner", "rank_view", "errors", "messages", "settings", "stats", "activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
 

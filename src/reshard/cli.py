@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     where = plan.add_mutually_exclusive_group(required=True)
     where.add_argument("--ranks", type=_positive, help="number of ranks (a 1-D world)")
     where.add_argument("--mesh", type=parse_shape, help="a process mesh, e.g. 2x2 or 64x64; then --src and --dst give one placement per mesh dim")
+    where.add_argument("--hosts", type=_positive, help="hosts of --ranks-per-host ranks each: the row -> column all_to_all flat against two-level, on paper")
+    plan.add_argument("--ranks-per-host", type=_positive, default=8, help="with --hosts: ranks on each host (default 8)")
     plan.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); on a mesh one per mesh dim: 'S(0),S(1)'")
     plan.add_argument("--dst", default=None, help="same choices (default col); on a mesh one per mesh dim: 'S(1),S(0)'")
     plan.add_argument("--dtype", default="float32", help="element type, for the byte counts (default float32)")
@@ -234,11 +236,47 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_hosts(args: argparse.Namespace) -> int:
+    """The row -> column all_to_all on ``--hosts`` x ``--ranks-per-host`` ranks: flat against two-level."""
+    import math
+
+    from .hosts_plan import two_level_table
+    from .plan import ITEMSIZE
+
+    if args.dtype not in ITEMSIZE:
+        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
+    n = args.hosts * args.ranks_per_host
+    table = two_level_table(math.prod(args.shape) * ITEMSIZE[args.dtype] // n, args.hosts, args.ranks_per_host)
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    from rich.table import Table
+
+    lv = table["levels"]
+    grid = Table(title=f"all_to_all of {'x'.join(map(str, args.shape))} {args.dtype} rows -> columns on {args.hosts} hosts "
+                       f"x {args.ranks_per_host} ranks ({n:,} ranks, {table['bytes_per_rank']:,} B per rank)")
+    for name in ("algorithm", "messages per rank inside / across", "bytes per rank inside a host",
+                 "bytes per host link, each way", "estimate"):
+        grid.add_column(name, justify="right" if name != "algorithm" else "left")
+    for name in ("flat", "hierarchical"):
+        r = table[name]
+        grid.add_row(name, f"{r['messages_inside_per_rank']:,} / {r['messages_across_per_rank']:,}",
+                     f"{r['bytes_inside_per_rank']:,}", f"{r['bytes_per_host_link']:,}", f"{r['estimate_s'] * 1e3:.3f} ms")
+    console = _console()
+    console.print(grid)
+    console.print(f"cost model: inside a host {lv['alpha_local_s'] * 1e6:g} us per message and {1 / lv['beta_local_s_per_byte'] / 1e9:g} GB/s "
+                  f"per rank; across, {lv['alpha_link_s'] * 1e6:g} us per message and {1 / lv['beta_link_s_per_byte'] / 1e9:g} GB/s "
+                  "per host link, shared by its ranks")
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .layout import parse_placements
     from .plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
     from .viz.terminal import render_mesh_plan, render_plan
 
+    if args.hosts is not None:
+        return _plan_hosts(args)
     if args.rank is not None:
         return _plan_rank(args)
     mesh = args.mesh or ((args.ranks,) if args.ranks > SMALL_PLAN_RANKS else None)

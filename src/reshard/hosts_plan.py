@@ -1,0 +1,48 @@
+"""An all_to_all across hosts on paper: the flat exchange against the two-level one, in closed
+form at any scale (pure: no engine, no array library).
+
+Each of ``N = hosts * per_host`` ranks holds ``B`` bytes and sends ``B / N`` to every rank (a
+balanced row -> column change). Flat: every rank sends to every rank, ``N - per_host`` of its
+messages across hosts. Two-level (``planner.all_to_all_hierarchical``): first inside the host
+(``per_host - 1`` messages of ``B / per_host``), then across, among the ranks with the same
+local index (``hosts - 1`` messages of ``B / hosts``). Both put the same bytes on each host's
+link: ``per_host * B * (N - per_host) / N`` each way.
+
+The estimate is an alpha-beta model with one pair per level: a message costs ``alpha`` of its
+level; inside a host a rank's bytes cost ``beta_local`` each; across, a host's link carries all
+its ranks' bytes at ``beta_link`` each (its ranks share it). The levels add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Levels:
+    """The cost model's two levels: seconds per message and per byte inside a host and across."""
+
+    alpha_local: float = 2e-6
+    beta_local: float = 1 / 50e9
+    alpha_link: float = 10e-6
+    beta_link: float = 1 / 25e9  # a host's link: 200 Gbit/s
+
+
+def two_level_table(bytes_per_rank: int, hosts: int, per_host: int, levels: Levels = Levels()) -> dict:
+    """Flat and two-level side by side: messages per rank (inside, across), bytes per rank inside
+    a host, bytes per host link each way, and the estimated seconds."""
+    n, b = hosts * per_host, bytes_per_rank
+    link = per_host * b * (n - per_host) // n
+
+    def row(inside_msgs: int, inside_bytes: float, across_msgs: int) -> dict:
+        seconds = (inside_msgs * levels.alpha_local + inside_bytes * levels.beta_local
+                   + across_msgs * levels.alpha_link + link * levels.beta_link)
+        return {"messages_inside_per_rank": inside_msgs, "messages_across_per_rank": across_msgs,
+                "bytes_inside_per_rank": int(inside_bytes), "bytes_per_host_link": link, "estimate_s": seconds}
+
+    flat = row(per_host - 1, b * (per_host - 1) / n, n - per_host)
+    two = row(per_host - 1, b * (per_host - 1) / per_host, hosts - 1)
+    return {"ranks": n, "hosts": hosts, "ranks_per_host": per_host, "bytes_per_rank": b,
+            "levels": {"alpha_local_s": levels.alpha_local, "beta_local_s_per_byte": levels.beta_local,
+                       "alpha_link_s": levels.alpha_link, "beta_link_s_per_byte": levels.beta_link},
+            "flat": flat, "hierarchical": two}
