@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import rank_fns
 import reshard as rs
 from oracle import all_to_all_expected, balanced, pattern, starts, take
-from reshard import planner, steps
+from reshard import hosts_plan, planner, steps
 
 
 def _cut(x, dim, lengths):
@@ -89,3 +89,10 @@ def test_two_levels_on_one_host_equal_flat_on_real_ranks(engine, n):
             assert ran == ["local", "all_to_all (inside the host)", "all_to_all (across hosts)"], ran
         assert errors[0].startswith("InvalidArgument") and "algorithm must be one of" in errors[0], errors
         assert errors[1].startswith("InvalidArgument") and "needs split_dim != concat_dim" in errors[1], errors
+
+
+def test_auto_asks_the_two_level_model():
+    # few bytes: the messages saved across hosts win; many: the bytes added inside hosts lose
+    assert hosts_plan.cheaper(64 << 10, 2, 2) == "hierarchical"
+    assert hosts_plan.cheaper(1 << 30, 2, 2) == "flat"
+    assert hosts_plan.cheaper(2 << 20, 512, 8) == "hierarchical"  # 4,088 messages across against 511

@@ -46,3 +46,10 @@ def two_level_table(bytes_per_rank: int, hosts: int, per_host: int, levels: Leve
             "levels": {"alpha_local_s": levels.alpha_local, "beta_local_s_per_byte": levels.beta_local,
                        "alpha_link_s": levels.alpha_link, "beta_link_s_per_byte": levels.beta_link},
             "flat": flat, "hierarchical": two}
+
+
+def cheaper(bytes_per_rank: int, hosts: int, per_host: int, levels: Levels = Levels()) -> str:
+    """``"hierarchical"`` where the model's estimate for it is below the flat one's, else ``"flat"``
+    (what ``algorithm="auto"`` runs across hosts)."""
+    table = two_level_table(bytes_per_rank, hosts, per_host, levels)
+    return "hierarchical" if table["hierarchical"]["estimate_s"] < table["flat"]["estimate_s"] else "flat"

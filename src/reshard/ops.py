@@ -12,12 +12,13 @@ plan of the exchange back.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from . import execute, planner, relayout, validate
+from . import execute, hosts_plan, planner, relayout, validate
 from .call import Call, begin
 from .call import start as start_call
 from .comm import Comm
@@ -53,8 +54,9 @@ def all_to_all(
       algorithm: ``"flat"`` (every rank sends to every rank), ``"hierarchical"`` (two levels
         over ``comm.hosts``: inside each host, then one message per remote host, among the
         ranks with the same local index; needs ``split_dim != concat_dim`` and the same
-        number of consecutive ranks on each host) or ``"auto"`` (hierarchical across several
-        hosts where it applies, else flat). Every algorithm gives the same result.
+        number of consecutive ranks on each host) or ``"auto"`` (flat on one host; across
+        several, whichever ``reshard.hosts_plan``'s two-level alpha-beta model estimates
+        faster for the mean bytes per rank). Every algorithm gives the same result.
 
     Returns:
       With ``split_dim != concat_dim``: ``x.shape`` with ``S -> sizes[r]`` and
@@ -79,10 +81,15 @@ def all_to_all(
         call.record.args = (args.split_dim, args.concat_dim, validate.ALGORITHMS.index(args.algorithm))
         call.record.split_sizes = args.split_sizes
         own = args.split_sizes or tuple(shard_sizes(call.x.shape[args.split_dim], call.size))
-        if args.algorithm == "flat":
+        if args.algorithm != "hierarchical":  # the flat exchange's pack, if it is the one that runs
             prepare = execute.prepare_send(call, call.x, args.split_dim, own)
     shapes = call.agree(free_dims=(args.concat_dim,) if args else (), prepare=prepare)
-    if args.algorithm == "hierarchical":
+    algorithm = args.algorithm
+    if algorithm == "auto":  # the cost model, on what every rank knows alike: the mean bytes per rank
+        hosts, per_host = validate.hosts_mesh_shape(call.comm.hosts)
+        mean = sum(math.prod(sh) for sh in shapes) * call.arrays.itemsize(call.x) // call.size
+        algorithm = hosts_plan.cheaper(mean, hosts, per_host)
+    if algorithm == "hierarchical":
         if call.comm.hosts_mesh is None:  # made once: its sub-communicators are kept with it
             call.comm.hosts_mesh = Mesh.from_hosts(call.comm)
         mesh = call.comm.hosts_mesh

@@ -72,7 +72,7 @@ class AllToAllArgs:
     split_dim: int
     concat_dim: int
     split_sizes: tuple[int, ...] | None
-    algorithm: str = "flat"  # as it will run: "flat" or "hierarchical"
+    algorithm: str = "flat"  # "flat", "hierarchical", or "auto" where the cost model decides
 
 
 ALGORITHMS = ("flat", "hierarchical", "auto")
@@ -87,9 +87,10 @@ def all_to_all(x: Array, size: int, split_dim: Any, concat_dim: Any, split_sizes
 
 
 def exchange_algorithm(algorithm: Any, hosts: Sequence[int], split_dim: int, concat_dim: int) -> str:
-    """The algorithm an all_to_all runs: ``"auto"`` is two-level where the ranks span several
-    hosts of several ranks each, laid out host by host, and the exchange cuts and joins
-    different dims; flat otherwise (one host, or nothing to aggregate)."""
+    """The algorithm asked for, checked: ``"auto"`` stays ``"auto"`` where the two-level form
+    could run (several hosts of several ranks each, laid out host by host, different split and
+    concat dims; the cost model decides once every rank's shape is known) and is ``"flat"``
+    elsewhere."""
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise InvalidArgument(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
     if algorithm == "flat":
@@ -101,7 +102,7 @@ def exchange_algorithm(algorithm: Any, hosts: Sequence[int], split_dim: int, con
             count, local = hosts_mesh_shape(hosts)
         except InvalidArgument:
             return "flat"
-        return "hierarchical" if local > 1 else "flat"
+        return "auto" if local > 1 else "flat"
     if split_dim == concat_dim:
         raise InvalidArgument("algorithm='hierarchical' needs split_dim != concat_dim (its second exchange "
                               "joins along concat_dim what the first one gathered)")
