@@ -70,7 +70,7 @@ def test_dispatch_combine_match_the_oracle(example):
     assert_every_case_passes(moe_rank.run_moe, *example)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=6)
 @given(moe_batch(), st.lists(st.integers(1, 5), min_size=4, max_size=4))
 def test_pipeline_equals_one_part_bit_for_bit(example, chunks):
     n, cases = example

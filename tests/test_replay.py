@@ -101,7 +101,7 @@ def test_shards_changing_under_a_plan(case):
 # The replay decision is the engine-independent part; on MPI (a job costs a few seconds more to
 # start) fewer drawn histories check that its datatype plans follow the same decision.
 @NEEDS_MPI
-@settings(SETTINGS, max_examples=3)
+@settings(SETTINGS, max_examples=2)
 @given(shard_histories())
 @example(ZERO_SIZE_STRIDES)
 def test_shards_changing_under_a_plan_on_mpi(case):

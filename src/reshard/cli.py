@@ -266,7 +266,7 @@ def _plan_hosts(args: argparse.Namespace) -> int:
     console.print(grid)
     console.print(f"cost model: inside a host {lv['alpha_local_s'] * 1e6:g} us per message and {1 / lv['beta_local_s_per_byte'] / 1e9:g} GB/s "
                   f"per rank; across, {lv['alpha_link_s'] * 1e6:g} us per message and {1 / lv['beta_link_s_per_byte'] / 1e9:g} GB/s "
-                  "per host link, shared by its ranks")
+                  f"per host link, shared by its ranks; {lv['step_s'] * 1e6:g} us per exchange step")
     return 0
 
 

@@ -10,7 +10,8 @@ link: ``per_host * B * (N - per_host) / N`` each way.
 
 The estimate is an alpha-beta model with one pair per level: a message costs ``alpha`` of its
 level; inside a host a rank's bytes cost ``beta_local`` each; across, a host's link carries all
-its ranks' bytes at ``beta_link`` each (its ranks share it). The levels add up.
+its ranks' bytes at ``beta_link`` each (its ranks share it); each exchange step costs ``step`` of
+its own (a round of the engine and the check's vote: the two-level form has two). They add up.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Levels:
     beta_local: float = 1 / 50e9
     alpha_link: float = 10e-6
     beta_link: float = 1 / 25e9  # a host's link: 200 Gbit/s
+    step: float = 50e-6  # each exchange step's own round (the engine's call, the check's vote)
 
 
 def two_level_table(bytes_per_rank: int, hosts: int, per_host: int, levels: Levels = Levels()) -> dict:
@@ -34,17 +36,18 @@ def two_level_table(bytes_per_rank: int, hosts: int, per_host: int, levels: Leve
     n, b = hosts * per_host, bytes_per_rank
     link = per_host * b * (n - per_host) // n
 
-    def row(inside_msgs: int, inside_bytes: float, across_msgs: int) -> dict:
-        seconds = (inside_msgs * levels.alpha_local + inside_bytes * levels.beta_local
+    def row(inside_msgs: int, inside_bytes: float, across_msgs: int, steps: int) -> dict:
+        seconds = (steps * levels.step + inside_msgs * levels.alpha_local + inside_bytes * levels.beta_local
                    + across_msgs * levels.alpha_link + link * levels.beta_link)
         return {"messages_inside_per_rank": inside_msgs, "messages_across_per_rank": across_msgs,
                 "bytes_inside_per_rank": int(inside_bytes), "bytes_per_host_link": link, "estimate_s": seconds}
 
-    flat = row(per_host - 1, b * (per_host - 1) / n, n - per_host)
-    two = row(per_host - 1, b * (per_host - 1) / per_host, hosts - 1)
+    flat = row(per_host - 1, b * (per_host - 1) / n, n - per_host, 1)
+    two = row(per_host - 1, b * (per_host - 1) / per_host, hosts - 1, 2)
     return {"ranks": n, "hosts": hosts, "ranks_per_host": per_host, "bytes_per_rank": b,
             "levels": {"alpha_local_s": levels.alpha_local, "beta_local_s_per_byte": levels.beta_local,
-                       "alpha_link_s": levels.alpha_link, "beta_link_s_per_byte": levels.beta_link},
+                       "alpha_link_s": levels.alpha_link, "beta_link_s_per_byte": levels.beta_link,
+                       "step_s": levels.step},
             "flat": flat, "hierarchical": two}
 
 
