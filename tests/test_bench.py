@@ -98,13 +98,13 @@ def test_bench_on_a_mesh_counts_the_bytes_each_method_sends(tmp_path):
 
 def test_bench_overlap_times_started_calls_and_the_moe_pipeline(tmp_path):
     out = tmp_path / "o.json"
-    run = reshard_cli("bench", "--overlap", "--ranks", "2", "--sizes", "256K", "--iters", "1", "--json", str(out))
+    run = reshard_cli("bench", "--overlap", "--ranks", "2", "--sizes", "64K", "--iters", "1", "--json", str(out))
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads(out.read_text())
     want = {"all_to_all alone", "multiply alone", "reshard all_to_all, then multiply",
             "reshard all_to_all started, multiply, wait", "torch all_to_all_single started, multiply, wait",
             "MoE experts alone", "MoE layer, experts that compute nothing", "MoE layer, chunks=1", "MoE layer, chunks=4"}
     assert set(data["seconds"]) == want and all(v > 0 for v in data["seconds"].values())
-    assert data["bytes_per_rank"] == 256 << 10 and data["multiplies"] >= 1
+    assert data["bytes_per_rank"] == 64 << 10 and data["multiplies"] >= 1
     assert "faster than the blocking call" in run.stdout and "chunks=4" in run.stdout
     assert reshard_cli("bench", "--overlap", "--ranks", "3").returncode == 2

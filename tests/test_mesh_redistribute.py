@@ -84,7 +84,7 @@ def test_a_3d_mesh_torch_and_zero_sizes(engine):
 @pytest.mark.parametrize("engine", ["gloo", "mpi"])
 def test_gradients_through_a_mesh_redistribute(engine):
     layouts = [",".join(p) for p in itertools.product(["S(0)", "S(1)", "R", "P(sum)"], repeat=2)]
-    pairs = list(itertools.product(layouts, repeat=2))
+    pairs = list(itertools.product(layouts, repeat=2))[::2]  # every other of the 256 pairs
     for rank_result in rs.spawn(rank_fns.mesh_grads, 4, engine=engine, args=((2, 2), (5, 6), pairs), timeout=300):
         bad = [(s, d) for s, d, ok in rank_result if not ok]
         assert bad == [], bad[:5]

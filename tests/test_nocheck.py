@@ -24,6 +24,6 @@ def test_disagreeing_ranks_raise_on_every_rank(engine, case):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_rank_that_changes_alone_after_a_replay_fails_the_job(engine):
     with pytest.raises(rs.RankFailed) as info:
-        rs.spawn(rank_fns.nocheck_change_after_replay, 3, engine=engine, args=(0,), timeout=8)
+        rs.spawn(rank_fns.nocheck_change_after_replay, 3, engine=engine, args=(0,), timeout=5)
     text = str(info.value)
     assert "redistribute" in text  # the reports say which collective the ranks were stuck in
