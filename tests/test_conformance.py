@@ -34,13 +34,13 @@ HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 # than in its own point-to-point messages. "gloo-shm": every message between the ranks (all on
 # this host), however small, through shared memory. "*-async": every call started with
 # async_op=True and its handle waited for (one world size: the worker runs the same code).
-# The variants of gloo's path (one call, shared memory) run on 2 and 4 ranks, MPI on 1, 2 and 4
+# The variants of gloo's path (one call, shared memory) run on 4 ranks, MPI on 1, 2 and 4
 # (3 ranks on gloo and MPI without torch).
 ENGINES = ("gloo", "gloo-one-call", "gloo-shm", "mpi", "mpi-notorch", "gloo-async", "mpi-async")
 KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "gloo-shm": ("torch", "numpy"),
          "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",), "gloo-async": ("torch", "numpy"),
          "mpi-async": ("torch", "numpy")}
-SIZES = {"gloo-async": (3,), "mpi-async": (2,), "gloo-one-call": (2, 4), "gloo-shm": (2, 4), "mpi": (1, 2, 4)}
+SIZES = {"gloo-async": (3,), "mpi-async": (2,), "gloo-one-call": (4,), "gloo-shm": (4,), "mpi": (1, 2, 4)}
 NO_TORCH_DIR = os.path.join(os.path.dirname(__file__), "no_torch")
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import reshard as rs
 from rank_fns import run_cases
 
-SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
