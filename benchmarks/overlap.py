@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import tempfile
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testbed import run_torchrun, two_hosts  # noqa: E402
+from testbed import run_job  # noqa: E402
 
 JOB = textwrap.dedent(
     """
@@ -48,17 +46,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=4)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still removes the namespaces
     from reshard.bench.overlap import overlap_table
 
-    with tempfile.TemporaryDirectory() as tmp:
-        script, out = os.path.join(tmp, "job.py"), os.path.join(tmp, "result.json")
-        with open(script, "w") as f:
-            f.write(JOB)
-        with two_hosts(None if args.rate == "none" else args.rate) as hosts:
-            run_torchrun(hosts, script, [out, str(args.repeats), str(args.chunks)], ranks_per_host=2, timeout=3000)
-        with open(out) as f:
-            result = json.load(f)
+    result = run_job(JOB, [str(args.repeats), str(args.chunks)], None if args.rate == "none" else args.rate)
     result["link"] = args.rate
     print(f"two hosts x 2 gloo ranks, link {args.rate} (tc tbf on both ends), check on")
     print(overlap_table(result))

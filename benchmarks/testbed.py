@@ -12,6 +12,7 @@ every process started is killed with its group if it overruns.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 SUBNET = "10.213.9"
 
@@ -101,3 +103,18 @@ def run_torchrun(hosts: Sequence[Host], script: str, args: Sequence[str], ranks_
         raise RuntimeError("\n".join(f"--- host {i} (exit {p.returncode}) ---\n{out}"
                                      for i, (p, out) in enumerate(zip(procs, outputs))))
     return outputs
+
+
+def run_job(job_source: str, args: Sequence[str], rate: str | None, timeout: float = 3000) -> Any:
+    """``job_source`` (a script whose rank 0 writes JSON to the path in ``sys.argv[1]``) under
+    torchrun on two hosts of two ranks, the link shaped to ``rate``; what it wrote. A SIGTERM
+    still removes the namespaces (it becomes SystemExit)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with tempfile.TemporaryDirectory() as tmp:
+        script, out = os.path.join(tmp, "job.py"), os.path.join(tmp, "result.json")
+        with open(script, "w") as f:
+            f.write(job_source)
+        with two_hosts(rate) as hosts:
+            run_torchrun(hosts, script, [out, *args], ranks_per_host=2, timeout=timeout)
+        with open(out) as f:
+            return json.load(f)

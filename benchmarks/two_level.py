@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import tempfile
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testbed import run_torchrun, two_hosts  # noqa: E402
+from testbed import run_job  # noqa: E402
 
 JOB = textwrap.dedent(
     """
@@ -63,15 +61,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still removes the namespaces
-    with tempfile.TemporaryDirectory() as tmp:
-        script, out = os.path.join(tmp, "job.py"), os.path.join(tmp, "result.json")
-        with open(script, "w") as f:
-            f.write(JOB)
-        with two_hosts(None if args.rate == "none" else args.rate) as hosts:
-            run_torchrun(hosts, script, [out, str(args.repeats)], ranks_per_host=2, timeout=3000)
-        with open(out) as f:
-            rows = json.load(f)
+    rows = run_job(JOB, [str(args.repeats)], None if args.rate == "none" else args.rate)
     print(f"two hosts x 2 gloo ranks, link {args.rate} (tc tbf on both ends), check on, median of {args.repeats}, "
           "the slowest rank")
     print("\n| bytes per rank | algorithm | seconds | bytes across per rank | messages across per rank |")
