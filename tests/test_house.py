@@ -32,6 +32,7 @@ LAYERS = [
     ["execute"],
     ["relayout"],
     ["ops"],
+    ["moe_sums", "moe_hosts"],
     ["moe", "fft"],
     ["launch.settings", "launch.report", "launch.payload"],
     ["launch.torch_rank", "launch.mpi_rank", "launch.mpi"],

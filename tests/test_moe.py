@@ -60,6 +60,9 @@ def moe_batch(draw):
             hidden=draw(st.integers(1, 4)), experts=n * draw(st.integers(1, 3)), k=k,
             capacity=draw(st.one_of(st.none(), st.integers(0, 6))), dtype=draw(st.sampled_from(["float32", "float64"])),
             kind=draw(st.sampled_from(["torch", "numpy"])), flat_ids=draw(st.booleans()),
+            # ranks grouped into hosts as a launcher would: the two-level path must give the same
+            hosts=draw(st.sampled_from([h for h in range(1, n + 1) if n % h == 0])),
+            algorithm=draw(st.sampled_from(["flat", "hierarchical", "auto"])),
         ))
     return n, cases
 
@@ -126,6 +129,9 @@ BAD = {
     "float expert ids": ("moe.dispatch", dict(tokens=A, expert_ids=("array", (6,), "float32"), num_experts=3), "UnsupportedDType", "integers"),
     "ids shape": ("moe.dispatch", dict(tokens=A, expert_ids=("array", (5,), "int64"), num_experts=3), "InvalidArgument", "[T]"),
     "negative capacity": ("moe.dispatch", dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, capacity=-1), "InvalidArgument", "capacity"),
+    "unknown algorithm": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3)] * 2
+                          + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, algorithm="tree")],
+                          "InvalidArgument", "rank 2"),
     "num_experts differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3)] * 2
                             + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=6)], "MismatchError", "num_experts"),
 }

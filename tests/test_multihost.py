@@ -64,6 +64,29 @@ JOB = textwrap.dedent(
         counted = rs.all_gather(np.array([[st.cross_host_bytes_sent, st.cross_host_messages]]), check=False)
         host_bytes = int(counted[[q for q in range(comm.size) if comm.hosts[q] == comm.host], 0].sum())
         link[algorithm] = (host_bytes, after - before, st.cross_host_messages)
+    # MoE across hosts: each token crosses once per remote host holding one of its experts
+    rng = np.random.default_rng(comm.rank)
+    tokens = rng.standard_normal((1024, 256)).astype(np.float32)
+    ids = np.argsort(rng.random((1024, 8)), axis=1)[:, :2]  # top-2 of 8 experts, 2 per rank
+    weights = rng.random((1024, 2)).astype(np.float32)
+    moe = {}
+    for algorithm in ("flat", "hierarchical", "flat", "hierarchical"):  # the second round counted
+        comm.barrier()
+        before = sent_on_link()
+        comm.barrier()
+        inputs, handle = rs.moe.dispatch(tokens, ids, 8, algorithm=algorithm)
+        across = rs.last_exchange().cross_host_bytes_sent
+        out = rs.moe.combine(inputs * 3, handle, weights)
+        across += rs.last_exchange().cross_host_bytes_sent
+        comm.barrier()
+        after = sent_on_link()
+        assert handle.algorithm == algorithm
+        counted = rs.all_gather(np.array([[across]]), check=False)
+        host_bytes = int(counted[[q for q in range(comm.size) if comm.hosts[q] == comm.host], 0].sum())
+        moe[algorithm] = (host_bytes, after - before, inputs, out)
+    assert np.array_equal(moe["flat"][2], moe["hierarchical"][2])  # the experts see the same rows
+    assert np.allclose(moe["flat"][3], moe["hierarchical"][3], rtol=1e-5, atol=1e-5)
+    link["moe"] = tuple((moe[a][0], moe[a][1]) for a in ("flat", "hierarchical"))
     local = comm.adapter.local
     mesh = rs.Mesh.from_hosts(comm)
     assert comm.hosts == [0, 0, 1, 1] and comm.host == comm.rank // 2, comm.hosts
@@ -155,6 +178,10 @@ def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
     # (TCP/IP and gloo's framing aside); the two-level form sends one message per remote host
     for r in range(4):
         link = ast.literal_eval((tmp_path / f"link{r}").read_text())
+        # MoE top-2: the two-level path counts fewer bytes across, and the link agrees (within 5%)
+        (flat_counted, flat_link), (two_counted, two_link) = link.pop("moe")
+        assert abs(flat_link / flat_counted - 1) < 0.05 and abs(two_link / two_counted - 1) < 0.05, link
+        assert two_counted < 0.9 * flat_counted, (two_counted, flat_counted)
         for algorithm, (planned, on_link, messages) in link.items():
             assert planned == 2 * 2 * (1 << 20), (r, algorithm, planned)  # 2 ranks x 2 remote peers x 1 MiB
             assert abs(on_link / planned - 1) < 0.05, (r, algorithm, planned, on_link)

@@ -95,3 +95,12 @@ def test_auto_asks_the_two_level_model():
     assert hosts_plan.cheaper(64 << 10, 16, 8) == "hierarchical"  # 120 messages across against 15
     assert hosts_plan.cheaper(2 << 20, 512, 8) == "hierarchical"  # 4,088 against 511
     assert hosts_plan.cheaper(1 << 34, 16, 8) == "flat"
+
+
+def test_moe_model_takes_two_levels_only_where_the_link_bytes_saved_pay_for_them():
+    # nothing saved across: the second step and the forwarding inside are pure cost
+    assert not hosts_plan.moe_cheaper(1 << 20, 1 << 20, 1 << 20, 2, 2)
+    # half the bytes on the busiest link at 64 MiB outweighs a step and 8 MiB forwarded inside
+    assert hosts_plan.moe_cheaper(64 << 20, 32 << 20, 16 << 20, 2, 2)
+    # a few bytes saved do not pay for the second step
+    assert not hosts_plan.moe_cheaper(64 << 10, 60 << 10, 16 << 10, 2, 2)

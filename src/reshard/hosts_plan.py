@@ -56,3 +56,16 @@ def cheaper(bytes_per_rank: int, hosts: int, per_host: int, levels: Levels = Lev
     (what ``algorithm="auto"`` runs across hosts)."""
     table = two_level_table(bytes_per_rank, hosts, per_host, levels)
     return "hierarchical" if table["hierarchical"]["estimate_s"] < table["flat"]["estimate_s"] else "flat"
+
+
+def moe_cheaper(flat_link_bytes: int, two_level_link_bytes: int, pair_bytes_per_rank: int, hosts: int,
+                per_host: int, levels: Levels = Levels()) -> bool:
+    """Whether a MoE exchange is estimated faster in two levels (``reshard.moe_hosts``): the
+    bytes each form puts on the busiest host link, against the forwarding the two-level form
+    adds inside each host (every pair passes its forwarder; the flat form moves inside only
+    the pairs for the same host) and its second exchange step."""
+    n = hosts * per_host
+    flat = levels.step + flat_link_bytes * levels.beta_link + pair_bytes_per_rank * (per_host - 1) / n * levels.beta_local
+    two = (2 * levels.step + two_level_link_bytes * levels.beta_link
+           + pair_bytes_per_rank * (per_host - 1) / per_host * levels.beta_local)
+    return two < flat

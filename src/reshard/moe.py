@@ -22,13 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, planner
+from . import execute, moe_hosts, moe_sums, planner, validate
 from .arrays import array_backend, is_numpy, is_torch
 from .call import Call
 from .call import start as start_call
 from .comm import Comm, current
 from .errors import InvalidArgument, UnsupportedDType
 from .layout import check_int, offsets, shard_sizes
+from .mesh import Mesh
 
 Array = Any
 
@@ -59,6 +60,8 @@ class MoEHandle:
     segment_send: list[list[int]] = field(repr=False)
     segment_recv: list[list[int]] = field(repr=False)
     slot_rows: np.ndarray | None = field(default=None, repr=False)  # dropless: returned row of each (token, slot)
+    algorithm: str = "flat"  # the path dispatch took: "flat" or "hierarchical"
+    hosts: moe_hosts.HostRoutes | None = field(default=None, repr=False)  # the hierarchical path's routes
 
 
 def _index(like: Array, idx: np.ndarray) -> Any:
@@ -98,9 +101,13 @@ def _exchange_segments(
     return execute.run(call, x, plan, backward=lambda: plan.reverse())
 
 
-def _check_dispatch(x: Array, n: int, num_experts: Any, capacity: Any, expert_ids: Any
-                    ) -> tuple[int, int | None, np.ndarray]:
+def _check_dispatch(x: Array, n: int, num_experts: Any, capacity: Any, expert_ids: Any, algorithm: Any = "flat",
+                    hosts: Any = None) -> tuple[int, int | None, np.ndarray]:
     """(experts, capacity, expert ids as int64 ``[T, k]``), checked: a pure function."""
+    if not isinstance(algorithm, str) or algorithm not in validate.ALGORITHMS:
+        raise InvalidArgument(f"algorithm must be one of {', '.join(map(repr, validate.ALGORITHMS))}, got {algorithm!r}")
+    if hosts is not None and (algorithm == "hierarchical" or algorithm == "auto" and max(hosts) > 0):
+        validate.hosts_mesh_shape(hosts)  # the two levels need the same number of consecutive ranks per host
     experts = check_int("num_experts", num_experts)
     if experts < 1 or experts % n:
         raise InvalidArgument(
@@ -170,7 +177,7 @@ def _kept_counts(counts: np.ndarray, capacity: int | None) -> np.ndarray:
 
 def dispatch(
     tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None = None,
-    capacity: int | None = None, *, check: bool | None = None, async_op: bool = False,
+    capacity: int | None = None, *, check: bool | None = None, async_op: bool = False, algorithm: str = "auto",
 ) -> tuple[Array, MoEHandle]:
     """Send each (token, slot) pair to the rank holding its expert.
 
@@ -180,6 +187,11 @@ def dispatch(
       num_experts: ``E``, a multiple of the world size ``N``; rank ``e // (E // N)`` holds expert e.
       capacity: None for dropless; else at most ``capacity`` rows per expert, kept in order of
         (source rank, token, slot) and the rest reported in ``handle.dropped``.
+      algorithm: ``"flat"`` (each pair travels straight to its expert's rank),
+        ``"hierarchical"`` (over ``comm.hosts``: each token crosses once to every host holding
+        one of its experts and is copied to them there; see ``reshard.moe_hosts``) or ``"auto"``
+        (flat on one host; across hosts, whichever ``reshard.hosts_plan`` estimates faster for
+        the bytes this batch puts on the busiest host link). The same ``expert_inputs`` either way.
 
     Returns:
       ``(expert_inputs, handle)``: ``expert_inputs`` is ``[sum(handle.tokens_per_expert), *F]``,
@@ -190,8 +202,8 @@ def dispatch(
     """
     if async_op:
         return start_call("moe.dispatch", lambda: dispatch(tokens, expert_ids, num_experts, comm, capacity,
-                                                              check=check), comm)
-    return _dispatch(tokens, expert_ids, num_experts, comm, capacity, check, None)
+                                                              check=check, algorithm=algorithm), comm)
+    return _dispatch(tokens, expert_ids, num_experts, comm, capacity, check, None, algorithm)
 
 
 def _routes(expert_of_pair: np.ndarray, routable: np.ndarray, counts: np.ndarray, cap: int | None, rank: int,
@@ -216,24 +228,58 @@ def _routes(expert_of_pair: np.ndarray, routable: np.ndarray, counts: np.ndarray
 
 def _routed_counts(call: Call, expert_of_pair: np.ndarray, routable: np.ndarray, experts: int, what: str) -> np.ndarray:
     """``[N, E]``: every rank's routable pairs per expert, from one all-gather of integers."""
-    own = np.bincount(expert_of_pair[routable], minlength=experts).astype(np.int64)
-    gathered = call.adapter.allgather_bytes(own[:experts].view(np.uint8), what).view(np.int64)
+    return _gathered(call, np.bincount(expert_of_pair[routable], minlength=experts).astype(np.int64)[:experts], what)
+
+
+def _gathered(call: Call, own: np.ndarray, what: str) -> np.ndarray:
+    """``[N, len(own)]``: every rank's int64 ``own``, from one all-gather."""
+    gathered = call.adapter.allgather_bytes(np.ascontiguousarray(own, dtype=np.int64).view(np.uint8), what)
     call.stats.metadata_exchanges += 1
-    return gathered.reshape(call.size, experts)
+    return gathered.view(np.int64).reshape(call.size, own.size)
+
+
+def _dispatch_hosts(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_counts: np.ndarray,
+                    rows_to_host: np.ndarray, mesh_shape: tuple[int, int], per_rank: int, handle: MoEHandle
+                    ) -> tuple[Array, MoEHandle]:
+    """The two-level dispatch (``reshard.moe_hosts``): across hosts once per token, then inside."""
+    if comm.hosts_mesh is None:  # made once: its sub-communicators are kept with it
+        comm.hosts_mesh = Mesh.from_hosts(comm)
+    mesh = comm.hosts_mesh
+    across, inside = mesh.sub(0), mesh.sub(1)
+    row_token, routing, across_send, across_recv = moe_hosts.routes(ids, kept, kept_counts, rows_to_host, comm.rank,
+                                                                    mesh_shape, per_rank)
+    parts: list = []
+    rows = _take_rows(tokens, row_token)  # the pack: each token once per host it goes to
+    arrived = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (across hosts)", across, rows,
+                                  [across_send], [across_recv], "moe.dispatch (across hosts)")
+    routed = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (routing across hosts)", across, routing,
+                                 [across_send], [across_recv], "moe.dispatch (routing)")
+    pair_at, inside_send = moe_hosts.forward_pairs(routed, mesh_shape[1], per_rank)
+    order, inside_recv = moe_hosts.expert_order(kept_counts, comm.rank, mesh_shape, per_rank)
+    copies = _take_rows(arrived, pair_at // ids.shape[1])  # the forward: one row per (token, slot) of this host
+    received = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (inside the host)", inside, copies,
+                                   [inside_send], [inside_recv], "moe.dispatch (inside the host)")
+    expert_inputs = _take_rows(received, order)
+    stats = moe_hosts.merged_stats("moe.dispatch", parts)
+    stats.metadata_exchanges += 2
+    cross = sum(v for h, v in enumerate(across_send) if h != mesh.coord[0])
+    handle.hosts = moe_hosts.HostRoutes(mesh, row_token, across_send, across_recv, routed, pair_at, inside_send,
+                                        inside_recv, order, cross)
+    return expert_inputs, handle
 
 
 def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None, capacity: int | None,
-              check: bool | None, routable: np.ndarray | None) -> tuple[Array, MoEHandle]:
+              check: bool | None, routable: np.ndarray | None, algorithm: str = "auto") -> tuple[Array, MoEHandle]:
     """``dispatch``; ``routable`` (bool ``[T * k]``, or None for all) marks the pairs that may
     travel: the others are dropped before any count (a pipeline's chunk, whose drops were
     decided on the whole batch)."""
     comm_ = current(comm)
-    call = Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity"))
+    call = Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity", "algorithm"))
     n, rank = call.size, call.rank
-    checked = call.validate(_check_dispatch, n, num_experts, capacity, expert_ids)
+    checked = call.validate(_check_dispatch, n, num_experts, capacity, expert_ids, algorithm, comm_.hosts)
     if checked is not None:
         experts, cap, ids = checked
-        call.record.args = (experts, ids.shape[1], -1 if cap is None else cap)
+        call.record.args = (experts, ids.shape[1], -1 if cap is None else cap, validate.ALGORITHMS.index(algorithm))
     # The records first, check on or off (their sizes agree whatever the input: the counts'
     # do only once num_experts does), then every rank's count per expert.
     call.agree(free_dims=(0,), need_shapes=False)  # raises on every rank if any rank's input is wrong
@@ -247,6 +293,16 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     send_rows, dropped_pairs, kept_counts = _routes(expert_of_pair, routable, counts, cap, rank, per_rank)
     kept = np.ones(num_tokens * top_k, dtype=bool)
     kept[dropped_pairs] = False
+    hosts_count = max(comm_.hosts) + 1
+    if algorithm != "flat" and hosts_count > 1 or algorithm == "hierarchical":
+        mesh_shape = validate.hosts_mesh_shape(comm_.hosts)
+        on_host = moe_hosts.host_rows(ids, kept.reshape(num_tokens, top_k), per_rank * mesh_shape[1], mesh_shape[0])
+        rows_to_host = _gathered(call, on_host.sum(axis=0).astype(np.int64), "moe.dispatch (rows per host)")
+        if algorithm == "hierarchical" or moe_hosts.cheaper(kept_counts, rows_to_host, mesh_shape, per_rank,
+                                                          moe_hosts.row_bytes(tokens)):
+            algorithm = "hierarchical"
+        else:
+            algorithm = "flat"
     send_counts = [int(v) for v in kept_counts[rank].reshape(n, per_rank).sum(axis=1)]
 
     # Receiver side: exchange l brings every rank's rows for this rank's l-th expert, in rank
@@ -256,6 +312,14 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     segment_send = [[int(kept_counts[rank, j * per_rank + le]) for j in range(n)] for le in range(per_rank)]
     segment_recv = [[int(mine[i, le]) for i in range(n)] for le in range(per_rank)]
 
+    if algorithm == "hierarchical":
+        return _dispatch_hosts(comm_, tokens, ids, kept.reshape(num_tokens, top_k), kept_counts, rows_to_host,
+                               mesh_shape, per_rank, MoEHandle(
+            tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
+            dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
+            kept=kept.reshape(num_tokens, top_k), send_counts=send_counts, recv_counts=recv_counts, counts=counts,
+            num_experts=experts, top_k=top_k, num_tokens=num_tokens, comm=comm_, send_rows=send_rows,
+            segment_send=segment_send, segment_recv=segment_recv, algorithm="hierarchical"))
     rows = _take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
     expert_inputs = _exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)")
     handle = MoEHandle(
@@ -282,7 +346,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
       ``[T, *F']`` in the original token order: ``sum over slots j of weights[t, j] * out(t, j)``
       (weights None: the plain sum; top-1 without weights: the row itself). Dropped pairs
       contribute zero. With identity experts and weights that sum to one (within 4k ulps) the
-      input comes back bit for bit (see ``_sum_slots``). Differentiable on torch (with respect
+      input comes back bit for bit (see ``moe_sums.sum_slots``). Differentiable on torch (with respect
       to the outputs and the weights). With ``async_op=True``: a ``Handle`` whose ``wait()``
       returns that.
     """
@@ -295,6 +359,8 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     call.record.args = (handle.top_k,)
     call.validate(_check_combine, handle, weights, expert_outputs)
     call.agree(free_dims=(0,), need_shapes=False)  # check on or off: a disagreement never moves data
+    if handle.hosts is not None:
+        return _combine_hosts(expert_outputs, handle, weights)
     # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
     back = _exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")
     num_tokens, top_k = handle.num_tokens, handle.top_k
@@ -307,12 +373,13 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     else:
         slots = np.zeros((num_tokens * top_k, *trail), dtype=back.dtype)
         slots[handle.send_rows] = back
-    return _sum_slots(slots.reshape(num_tokens, top_k, *trail), weights, handle.kept)
+    return moe_sums.sum_slots(slots.reshape(num_tokens, top_k, *trail), weights, handle.kept)
 
 
 def pipeline(
     tokens: Array, expert_ids: Array, experts: Sequence[Callable[[Array], Array]], weights: Array | None = None, *,
     chunks: int = 1, capacity: int | None = None, comm: Comm | None = None, check: bool | None = None,
+    algorithm: str = "auto",
 ) -> Array:
     """A MoE layer's dispatch, expert compute and combine, with the tokens in ``chunks`` parts so
     that the exchanges of one part overlap the expert compute of another.
@@ -327,6 +394,7 @@ def pipeline(
         divide: the parts follow the balanced rule).
       capacity: as ``dispatch``'s, applied to the whole batch: the same pairs are dropped
         whatever ``chunks`` is.
+      algorithm: as ``dispatch``'s, for each part.
 
     Returns:
       ``[T, *F']``: ``combine`` of the experts' outputs, as the one-part path gives it. Each
@@ -339,11 +407,13 @@ def pipeline(
     each part's combine as soon as its experts have run.
     """
     comm_ = current(comm)
-    call = Call("moe.pipeline", tokens, comm_, check, ("num_experts", "top_k", "capacity", "chunks"))
-    checked = call.validate(_check_pipeline, call.size, experts, chunks, capacity, expert_ids)
+    call = Call("moe.pipeline", tokens, comm_, check, ("num_experts", "top_k", "capacity", "chunks", "algorithm"))
+    checked = call.validate(_check_pipeline, call.size, experts, chunks, capacity, expert_ids, algorithm,
+                            comm_.hosts)
     if checked is not None:
         num_experts, cap, ids, parts = checked
-        call.record.args = (num_experts, ids.shape[1], -1 if cap is None else cap, parts)
+        call.record.args = (num_experts, ids.shape[1], -1 if cap is None else cap, parts,
+                            validate.ALGORITHMS.index(algorithm))
     call.agree(free_dims=(0,), need_shapes=False)  # raises on every rank if any rank's input is wrong
     num_experts, cap, ids, parts = checked
     pairs = ids.reshape(-1)
@@ -356,7 +426,7 @@ def pipeline(
     bounds = offsets(shard_sizes(ids.shape[0], parts)) + [ids.shape[0]]
     started = [
         start_call("moe.dispatch", lambda a=a, b=b: _dispatch(tokens[a:b], ids[a:b], num_experts, comm_, None, check,
-                                                                 routable[a * top_k : b * top_k]), comm_)
+                                                                 routable[a * top_k : b * top_k], algorithm), comm_)
         for a, b in zip(bounds, bounds[1:])
     ]
     combined = []
@@ -367,8 +437,30 @@ def pipeline(
     return _concat([h.wait() for h in combined])
 
 
-def _check_pipeline(x: Array, n: int, experts: Any, chunks: Any, capacity: Any, expert_ids: Any
-                    ) -> tuple[int, int | None, np.ndarray, int]:
+def _combine_hosts(expert_outputs: Array, handle: MoEHandle, weights: Array | None) -> Array:
+    """The two-level combine: back inside the host, each token's slots there summed by its
+    forwarder, one row per (token, host) back across, the hosts' rows added at home."""
+    routes, top_k = handle.hosts, handle.top_k
+    across, inside = routes.mesh.sub(0), routes.mesh.sub(1)
+    parts: list = []
+    in_arrival = _take_rows(expert_outputs, np.argsort(routes.expert_order, kind="stable"))
+    back = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (inside the host)", inside, in_arrival,
+                               [routes.inside_recv], [routes.inside_send], "moe.combine (inside the host)")
+    w = None
+    if weights is not None:  # each row's gate weights travel to its forwarder (k numbers a row)
+        w_rows = _take_rows(weights.reshape(handle.num_tokens, top_k), routes.row_token)
+        w = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (weights across hosts)", across, w_rows,
+                                [routes.across_send], [routes.across_recv], "moe.combine (weights)")
+    partial = moe_sums.host_sums(back, routes.pair_at, top_k, routes.routing.shape[0], w)
+    home = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (across hosts)", across, partial,
+                               [routes.across_recv], [routes.across_send], "moe.combine (across hosts)")
+    out = moe_sums.sum_over_hosts(home, routes.row_token, handle.num_tokens)
+    moe_hosts.merged_stats("moe.combine", parts)
+    return out
+
+
+def _check_pipeline(x: Array, n: int, experts: Any, chunks: Any, capacity: Any, expert_ids: Any,
+                    algorithm: Any = "flat", hosts: Any = None) -> tuple[int, int | None, np.ndarray, int]:
     """(experts E, capacity, expert ids ``[T, k]``, chunks), checked: a pure function."""
     if isinstance(experts, (str, bytes)) or not hasattr(experts, "__len__") or len(experts) == 0 \
             or not all(callable(e) for e in experts):
@@ -376,7 +468,7 @@ def _check_pipeline(x: Array, n: int, experts: Any, chunks: Any, capacity: Any, 
     parts = check_int("chunks", chunks)
     if parts < 1:
         raise InvalidArgument(f"chunks must be >= 1, got {parts}")
-    return (*_check_dispatch(x, n, len(experts) * n, capacity, expert_ids), parts)
+    return (*_check_dispatch(x, n, len(experts) * n, capacity, expert_ids, algorithm, hosts), parts)
 
 
 def _run_experts(experts: Sequence[Callable[[Array], Array]], inputs: Array, tokens_per_expert: list[int]) -> Array:
@@ -394,77 +486,3 @@ def _concat(parts: list[Array]) -> Array:
 
         return torch.cat(parts)
     return np.concatenate(parts)
-
-
-def _sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
-    """``sum_j weights[:, j] * slots[:, j]`` over kept slots, written as
-    ``s * y_0 + sum_{j>0} w_j * (y_j - y_0)`` with ``s = sum_j w_j``: the same sum, but when
-    every slot holds the same row (identity experts) and the weights sum to one it returns that
-    row bit for bit. A sum within ``4 k`` ulps of one counts as one (float32 softmax weights
-    miss one by an ulp about one time in eight); its gradient still flows."""
-    num_tokens, top_k = slots.shape[0], slots.shape[1]
-    if weights is None and top_k == 1:
-        return slots[:, 0]
-    ones = (1,) * (slots.ndim - 2)
-    torch_in = is_torch(slots)
-    floating = (slots.dtype.is_floating_point or slots.dtype.is_complex) if torch_in else slots.dtype.kind in "fc"
-    if not floating:
-        return _sum_slots_int(slots, weights)
-    if torch_in:
-        import torch
-
-        w = torch.ones((num_tokens, top_k), dtype=slots.dtype, device=slots.device) if weights is None \
-            else weights.reshape(num_tokens, top_k).to(slots.dtype)
-        w = w * torch.from_numpy(kept).to(device=slots.device, dtype=slots.dtype)
-        total = w.sum(dim=1)
-        eps = torch.finfo(slots.real.dtype if slots.dtype.is_complex else slots.dtype).eps
-        snap = (total - 1).abs() <= 4 * top_k * eps
-        total = torch.where(snap, total + (1 - total).detach(), total)
-        base = slots[:, 0]
-        wants_grad = torch.is_grad_enabled() and weights is not None and weights.requires_grad
-        if top_k == 2 and bool(snap.all()) and not wants_grad:
-            # s == 1: y0 + w1 (y1 - y0) is one fused lerp (its gradient in w0 would be lost,
-            # hence only without a weight gradient)
-            weight = w[:, 1].reshape(num_tokens, *ones)
-            if torch.is_grad_enabled() and slots.requires_grad:
-                return torch.lerp(base, slots[:, 1], weight)
-            return torch.lerp(base, slots[:, 1], weight, out=array_backend("torch").empty(base.shape, like=base))
-        out = base * total.reshape(num_tokens, *ones)
-        for j in range(1, top_k):
-            out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))
-        return out
-    w = np.ones((num_tokens, top_k)) if weights is None else np.asarray(weights).reshape(num_tokens, top_k)
-    w = (w * kept).astype(slots.dtype)
-    total = w.sum(axis=1)
-    eps = np.finfo(slots.dtype).eps
-    total = np.where(np.abs(total - 1) <= 4 * top_k * eps, np.ones_like(total), total)
-    base = slots[:, 0]
-    out = base * total.reshape(num_tokens, *ones)
-    for j in range(1, top_k):
-        out += (slots[:, j] - base) * w[:, j].reshape(num_tokens, *ones)
-    return out
-
-
-def _sum_slots_int(slots: Array, weights: Array | None) -> Array:
-    """Integer and bool rows: the sum in int64 (weights, if any, applied in float64), rounded once."""
-    num_tokens, top_k = slots.shape[0], slots.shape[1]
-    ones = (1,) * (slots.ndim - 2)
-    if is_torch(slots):
-        import torch
-
-        wide = torch.float64 if weights is not None else torch.int64
-        acc = slots[:, 0].to(wide) * (1 if weights is None else weights.reshape(num_tokens, top_k)[:, 0].to(wide).reshape(num_tokens, *ones))
-        for j in range(1, top_k):
-            term = slots[:, j].to(wide)
-            if weights is not None:
-                term = term * weights.reshape(num_tokens, top_k)[:, j].to(wide).reshape(num_tokens, *ones)
-            acc = acc + term
-        return acc.to(slots.dtype)
-    wide = np.float64 if weights is not None else np.int64
-    acc = np.zeros((num_tokens, *slots.shape[2:]), dtype=wide)
-    for j in range(top_k):
-        term = slots[:, j].astype(wide)
-        if weights is not None:
-            term = term * np.asarray(weights, dtype=np.float64).reshape(num_tokens, top_k)[:, j].reshape(num_tokens, *ones)
-        acc += term
-    return acc.astype(slots.dtype)

@@ -130,6 +130,8 @@ def exchange_rows(call: CallState, x: Array, segments_: Sequence[tuple[Sequence[
     engine call per segment, each writing straight into its block of the result."""
     xt = contiguous(call, x)
     arrays, rank, stats = call.arrays, call.rank, call.stats
+    if getattr(call.adapter, "pairwise", False):
+        return _rows_pairwise(call, xt, segments_)
     if len(segments_) == 1:
         send, recv = segments_[0]
         trail = list(xt.shape[1:])
@@ -146,6 +148,30 @@ def exchange_rows(call: CallState, x: Array, segments_: Sequence[tuple[Sequence[
         stats.bytes_sent += (s_rows - sends[rank]) * row_bytes
         stats.bytes_received += (r_rows - recvs[rank]) * row_bytes
         sent, received = sent + s_rows, received + r_rows
+    return out
+
+
+def _rows_pairwise(call: CallState, xt: Array, segments_: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Array:
+    """``exchange_rows`` as one message per peer and segment with rows to move (gloo): rows are
+    runs of ``x`` and of the result, so nothing is packed, and a peer with no rows gets no
+    message; the own rows are copied once the others have arrived."""
+    arrays, rank, stats = call.arrays, call.rank, call.stats
+    trail = list(xt.shape[1:])
+    row_bytes = numel(trail) * arrays.itemsize(xt)
+    out = alloc(arrays, stats, [sum(sum(r) for _, r in segments_), *trail], like=xt)
+    stats.received_into_result(out)
+    sent = received = 0
+    for sends, recvs in segments_:
+        send_at, recv_at = [sent + o for o in offsets(sends)], [received + o for o in offsets(recvs)]
+        recv_views = [(p, out[recv_at[p] : recv_at[p] + c].reshape(-1)) for p, c in enumerate(recvs) if c and p != rank]
+        send_views = [(q, xt[send_at[q] : send_at[q] + c].reshape(-1)) for q, c in enumerate(sends) if c and q != rank]
+        if recv_views or send_views:
+            call.adapter.exchange_pairs(recv_views, send_views, call.op, stats)
+        if sends[rank]:
+            arrays.copy(out[recv_at[rank] : recv_at[rank] + recvs[rank]], xt[send_at[rank] : send_at[rank] + sends[rank]])
+        stats.bytes_sent += (sum(sends) - sends[rank]) * row_bytes
+        stats.bytes_received += (sum(recvs) - recvs[rank]) * row_bytes
+        sent, received = sent + sum(sends), received + sum(recvs)
     return out
 
 

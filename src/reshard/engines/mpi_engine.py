@@ -36,6 +36,9 @@ INT_MAX = 2**31 - 1
 PAIR_TAG = 0x5253  # reshard's point-to-point messages, apart from a user's
 _BLOCK = 1 << 30  # bytes per hindexed block: comfortably below INT_MAX
 _SPIN_S = 0.002  # poll without sleeping this long first: most checks finish within it
+# Longest sleep between polls: a sleeping rank holds back every peer whose part of a nonblocking
+# collective needs its progress, so the pause stays short.
+_PAUSE_MAX_S = 1e-4
 
 
 def as_buffer(a: Any) -> Any:
@@ -74,7 +77,7 @@ class MPIEngine:
         return RankFailed(f"rank {self.rank}: {what} failed in MPI ({text})")
 
     def _wait(self, req: Any, what: str) -> None:
-        """Poll ``req`` until done or the timeout; spin briefly, then back off to 1 ms sleeps."""
+        """Poll ``req`` until done or the timeout; spin briefly, then back off to sleeps of at most 0.1 ms."""
         start = time.monotonic()
         deadline = start + self.timeout
         pause = 0.0
@@ -86,7 +89,7 @@ class MPIEngine:
                     f"(a rank never reached this collective)"
                 )
             if now - start > _SPIN_S:
-                pause = min(0.001, pause * 2 or 2e-5)
+                pause = min(_PAUSE_MAX_S, pause * 2 or 2e-5)
                 time.sleep(pause)
 
     # -- the primitives ops use -------------------------------------------------------------

@@ -1,0 +1,149 @@
+"""MoE dispatch and combine across hosts: a token crosses to a remote host once.
+
+The ranks form the hosts mesh ``(H, L)`` (``rs.Mesh.from_hosts``): rank ``(h, l)`` is local
+rank ``l`` of host ``h``; with ``P`` experts per rank, host ``h`` holds experts
+``h*L*P .. (h+1)*L*P - 1``. Dispatch runs in two exchanges (DeepEP's normal path, on the
+engines here):
+
+1. **Across hosts**, among the ranks with the same local index (the hosts mesh's "host" dim):
+   a source sends each token ONCE to every host holding at least one of its kept experts, with
+   the token's routing on that host (``k`` host-local expert ids, -1 where a slot goes
+   elsewhere). Its peer there, rank ``(h', l)``, is the token's forwarder on that host.
+2. **Inside each host** (the "local" dim): the forwarder copies each token to the ranks holding
+   its experts there, one row per (token, slot).
+
+The expert ranks then put their rows in ``dispatch``'s order (by local expert, then source rank,
+then token), so what a caller sees equals the flat path's ``expert_inputs`` bit for bit.
+
+Combine runs the way back and sums early: each forwarder adds ``weights[t, j] * out(t, j)`` over
+the token's slots on its host, in slot order; one row per (token, host) crosses back, and the
+source adds its hosts' rows in host order. The flat path writes the same sum as
+``s * y_0 + sum_j w_j (y_j - y_0)`` (exact for identity experts with weights summing to one),
+so the two agree within the dtype's rounding of a different order; top-1 without weights is
+bit for bit (each token's one row comes home as it is).
+
+Routing indices are worked out on every rank with numpy from the counts everyone has; the only
+integers that travel with the tokens are each row's host-local expert ids (``k`` int64).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import hosts_plan
+from .arrays import is_torch
+from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
+
+Array = Any
+
+
+@dataclass
+class HostRoutes:
+    """What the two exchanges of a dispatch moved, kept for combine (this rank's three roles:
+    source, forwarder, expert rank)."""
+
+    mesh: Any  # rs.Mesh (hosts, ranks per host)
+    # source: token of each row sent across (host-major, token order), rows to / from each host
+    row_token: np.ndarray
+    across_send: list[int]
+    across_recv: list[int]
+    # forwarder: host-local expert id of each received row's slots (-1: not on this host)
+    routing: np.ndarray
+    pair_at: np.ndarray  # row * k + slot of each pair sent inside, in send order
+    inside_send: list[int]
+    inside_recv: list[int]
+    # expert rank: the received pair behind each row of expert_inputs
+    expert_order: np.ndarray
+    cross_rows: int  # rows this rank sent to other hosts (the deduplicated count)
+
+
+def host_rows(ids: np.ndarray, kept: np.ndarray, experts_per_host: int, hosts: int) -> np.ndarray:
+    """bool ``[T, H]``: whether token t has a kept slot on host h (its rows across, one per host)."""
+    on = np.zeros((ids.shape[0], hosts), dtype=bool)
+    t, j = np.nonzero(kept)
+    on[t, ids[t, j] // experts_per_host] = True
+    return on
+
+
+def routes(ids: np.ndarray, kept: np.ndarray, kept_counts: np.ndarray, rows_to_host: np.ndarray, rank: int,
+           mesh_shape: tuple[int, int], per_rank: int) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
+    """The source side: (token of each row across, each row's host-local routing ``[R, k]``,
+    rows to each host, rows from each host). ``rows_to_host``: ``[N, H]``, every rank's."""
+    hosts, local = mesh_shape
+    per_host = local * per_rank
+    on = host_rows(ids, kept, per_host, hosts)
+    host_of, token_of = np.nonzero(on.T)  # host-major, then token order
+    routing = np.where(kept[token_of] & (ids[token_of] // per_host == host_of[:, None]), ids[token_of] % per_host, -1)
+    h, le = divmod(rank, local)
+    across_send = [int(v) for v in rows_to_host[rank]]
+    across_recv = [int(rows_to_host[hs * local + le, h]) for hs in range(hosts)]
+    return token_of, routing.astype(np.int64), across_send, across_recv
+
+
+def forward_pairs(routing: np.ndarray, local: int, per_rank: int) -> tuple[np.ndarray, list[int]]:
+    """The forwarder: (row * k + slot of each pair, ordered by destination local rank, local
+    expert, then row and slot; pairs to each local rank)."""
+    flat = routing.reshape(-1)
+    at = np.flatnonzero(flat >= 0)
+    at = at[np.argsort(flat[at], kind="stable")]  # the id is local rank * P + expert: one key
+    return at, [int(v) for v in np.bincount(flat[at] // per_rank, minlength=local)]
+
+
+def expert_order(kept_counts: np.ndarray, rank: int, mesh_shape: tuple[int, int], per_rank: int
+                 ) -> tuple[np.ndarray, list[int]]:
+    """The expert rank: (received pair of each expert_inputs row, pairs from each local rank).
+    From local rank ``ls`` arrive its block of (expert, source host) runs; ``dispatch`` orders
+    rows by (expert, source rank = source host * L + ls)."""
+    hosts, local = mesh_shape
+    mine = kept_counts[:, rank * per_rank : (rank + 1) * per_rank].reshape(hosts, local, per_rank)  # [hs, ls, le]
+    by_block = np.transpose(mine, (1, 2, 0))  # [ls, le, hs]: the order they arrive in
+    starts = (np.cumsum(by_block.reshape(-1)) - by_block.reshape(-1)).reshape(by_block.shape)
+    order = [np.arange(starts[ls, le, hs], starts[ls, le, hs] + by_block[ls, le, hs])
+             for le in range(per_rank) for hs in range(hosts) for ls in range(local)]
+    index = np.concatenate(order) if order else np.zeros(0, dtype=np.int64)
+    return index.astype(np.int64), [int(v) for v in by_block.reshape(local, -1).sum(axis=1)]
+
+
+def merged_stats(op: str, parts: list[tuple[str, ExchangeStats | None]]) -> ExchangeStats:
+    """One ``ExchangeStats`` for an op made of several exchanges, each one step of it."""
+    total = ExchangeStats(op)
+    for name, st in parts:
+        if st is None:
+            continue
+        for key in ("pack_copies", "unpack_copies", "bytes_sent", "bytes_received", "metadata_exchanges",
+                    "allocated_bytes", "cross_host_bytes_sent", "cross_host_messages"):
+            setattr(total, key, getattr(total, key) + getattr(st, key))
+        total.steps.append(ExecutedStep(name, st.bytes_sent, st.bytes_received))
+    set_last(total)
+    return total
+
+
+def exchanged(exchange: Any, parts: list, name: str, *args: Any) -> Array:
+    """``exchange(*args)``, its stats kept in ``parts`` under ``name``."""
+    out = exchange(*args)
+    parts.append((name, last_exchange()))
+    return out
+
+
+def row_bytes(tokens: Array) -> int:
+    per_row = int(np.prod(tokens.shape[1:], dtype=np.int64))
+    return per_row * (tokens.element_size() if is_torch(tokens) else tokens.dtype.itemsize)
+
+
+def cheaper(kept_counts: np.ndarray, rows_to_host: np.ndarray, mesh_shape: tuple[int, int], per_rank: int,
+                   row_bytes: int) -> bool:
+    """Whether the two-level path is estimated faster, from what every rank knows alike: the
+    bytes each path puts on the busiest host link (both ways) and the forwarding inside."""
+    hosts, local = mesh_shape
+    host_of_rank = np.arange(hosts * local) // local
+    host_of_expert = np.arange(kept_counts.shape[1]) // (local * per_rank)
+    crossing = host_of_rank[:, None] != host_of_expert[None, :]
+    flat = np.zeros(hosts, dtype=np.int64)  # rows leaving each host
+    np.add.at(flat, host_of_rank, (kept_counts * crossing).sum(axis=1))
+    two = np.zeros(hosts, dtype=np.int64)
+    np.add.at(two, host_of_rank, (rows_to_host * (host_of_rank[:, None] != np.arange(hosts)[None, :])).sum(axis=1))
+    inside = int(kept_counts.sum()) * row_bytes // (hosts * local)  # the mean rank's forwarded bytes
+    return hosts_plan.moe_cheaper(int(flat.max()) * row_bytes, int(two.max()) * row_bytes, inside, hosts, local)

@@ -1,0 +1,156 @@
+"""How MoE combine adds a token's slots: all ``k`` at once (the flat path), a host's share on its
+forwarder and the hosts' rows at home (the two-level path, ``reshard.moe_hosts``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .arrays import array_backend, is_torch
+
+Array = Any
+
+
+def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
+    """``sum_j weights[:, j] * slots[:, j]`` over kept slots, written as
+    ``s * y_0 + sum_{j>0} w_j * (y_j - y_0)`` with ``s = sum_j w_j``: the same sum, but when
+    every slot holds the same row (identity experts) and the weights sum to one it returns that
+    row bit for bit. A sum within ``4 k`` ulps of one counts as one (float32 softmax weights
+    miss one by an ulp about one time in eight); its gradient still flows."""
+    num_tokens, top_k = slots.shape[0], slots.shape[1]
+    if weights is None and top_k == 1:
+        return slots[:, 0]
+    ones = (1,) * (slots.ndim - 2)
+    torch_in = is_torch(slots)
+    floating = (slots.dtype.is_floating_point or slots.dtype.is_complex) if torch_in else slots.dtype.kind in "fc"
+    if not floating:
+        return sum_slots_int(slots, weights)
+    if torch_in:
+        import torch
+
+        w = torch.ones((num_tokens, top_k), dtype=slots.dtype, device=slots.device) if weights is None \
+            else weights.reshape(num_tokens, top_k).to(slots.dtype)
+        w = w * torch.from_numpy(kept).to(device=slots.device, dtype=slots.dtype)
+        total = w.sum(dim=1)
+        eps = torch.finfo(slots.real.dtype if slots.dtype.is_complex else slots.dtype).eps
+        snap = (total - 1).abs() <= 4 * top_k * eps
+        total = torch.where(snap, total + (1 - total).detach(), total)
+        base = slots[:, 0]
+        wants_grad = torch.is_grad_enabled() and weights is not None and weights.requires_grad
+        if top_k == 2 and bool(snap.all()) and not wants_grad:
+            # s == 1: y0 + w1 (y1 - y0) is one fused lerp (its gradient in w0 would be lost,
+            # hence only without a weight gradient)
+            weight = w[:, 1].reshape(num_tokens, *ones)
+            if torch.is_grad_enabled() and slots.requires_grad:
+                return torch.lerp(base, slots[:, 1], weight)
+            return torch.lerp(base, slots[:, 1], weight, out=array_backend("torch").empty(base.shape, like=base))
+        out = base * total.reshape(num_tokens, *ones)
+        for j in range(1, top_k):
+            out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))
+        return out
+    w = np.ones((num_tokens, top_k)) if weights is None else np.asarray(weights).reshape(num_tokens, top_k)
+    w = (w * kept).astype(slots.dtype)
+    total = w.sum(axis=1)
+    eps = np.finfo(slots.dtype).eps
+    total = np.where(np.abs(total - 1) <= 4 * top_k * eps, np.ones_like(total), total)
+    base = slots[:, 0]
+    out = base * total.reshape(num_tokens, *ones)
+    for j in range(1, top_k):
+        out += (slots[:, j] - base) * w[:, j].reshape(num_tokens, *ones)
+    return out
+
+
+def sum_slots_int(slots: Array, weights: Array | None) -> Array:
+    """Integer and bool rows: the sum in int64 (weights, if any, applied in float64), rounded once."""
+    num_tokens, top_k = slots.shape[0], slots.shape[1]
+    ones = (1,) * (slots.ndim - 2)
+    if is_torch(slots):
+        import torch
+
+        wide = torch.float64 if weights is not None else torch.int64
+        acc = slots[:, 0].to(wide) * (1 if weights is None else weights.reshape(num_tokens, top_k)[:, 0].to(wide).reshape(num_tokens, *ones))
+        for j in range(1, top_k):
+            term = slots[:, j].to(wide)
+            if weights is not None:
+                term = term * weights.reshape(num_tokens, top_k)[:, j].to(wide).reshape(num_tokens, *ones)
+            acc = acc + term
+        return acc.to(slots.dtype)
+    wide = np.float64 if weights is not None else np.int64
+    acc = np.zeros((num_tokens, *slots.shape[2:]), dtype=wide)
+    for j in range(top_k):
+        term = slots[:, j].astype(wide)
+        if weights is not None:
+            term = term * np.asarray(weights, dtype=np.float64).reshape(num_tokens, top_k)[:, j].reshape(num_tokens, *ones)
+        acc += term
+    return acc.astype(slots.dtype)
+
+
+def host_sums(back: Array, pair_at: np.ndarray, top_k: int, held: int, weights: Array | None) -> Array:
+    """The forwarder's part of combine: ``[R, *F]``, for each row it forwarded, the sum over
+    its slots on this host of ``weights[row, j] * out(row, j)`` in slot order (``back``: the
+    pairs' outputs in ``pair_at`` order). Integer rows add in int64 (float64 with weights) and
+    are rounded here: a weighted integer row spread over hosts is rounded once per host, where
+    the flat path rounds once."""
+    rows, slot = np.divmod(pair_at, top_k)
+    trail = tuple(back.shape[1:])
+    ones = (1,) * len(trail)
+    written = np.zeros(held, dtype=bool)
+    if is_torch(back):
+        import torch
+
+        floating = back.dtype.is_floating_point or back.dtype.is_complex
+        wide = back.dtype if floating else (torch.float64 if weights is not None else torch.int64)
+        out = torch.zeros((held, *trail), dtype=wide, device=back.device)
+        for j in range(top_k):
+            sel = np.flatnonzero(slot == j)
+            if sel.size:
+                part = torch.index_select(back, 0, torch.from_numpy(sel).to(back.device)).to(wide)
+                index = torch.from_numpy(rows[sel]).to(back.device)
+                if weights is not None:
+                    part = part * weights[:, j].index_select(0, index).to(wide).reshape(-1, *ones)
+                first = torch.from_numpy(~written[rows[sel]])  # a row's first slot is copied, not added to 0
+                out = out.index_copy(0, index[first], part[first]).index_add(0, index[~first], part[~first])
+                written[rows[sel]] = True
+        return out if floating else out.to(back.dtype)
+    floating = back.dtype.kind in "fc"
+    wide = back.dtype if floating else (np.float64 if weights is not None else np.int64)
+    out = np.zeros((held, *trail), dtype=wide)
+    for j in range(top_k):
+        sel = np.flatnonzero(slot == j)
+        if sel.size:
+            part = back[sel].astype(wide, copy=False)
+            if weights is not None:
+                part = part * np.asarray(weights)[rows[sel], j].astype(wide).reshape(-1, *ones)
+            first = ~written[rows[sel]]  # a row's first slot is copied, not added to 0 (-0.0 stays)
+            out[rows[sel][first]] = part[first]
+            out[rows[sel][~first]] += part[~first]  # one pair per row and slot: no index repeats
+            written[rows[sel]] = True
+    return out if floating else out.astype(back.dtype)
+
+
+def sum_over_hosts(back: Array, row_token: np.ndarray, num_tokens: int) -> Array:
+    """``[T, *F]``: each token's rows (one per host it went to; rows are host-major, so each
+    host's are a run with distinct tokens) added in host order; a token with none gives zeros,
+    one with a single row gives that row itself."""
+    trail = tuple(back.shape[1:])
+    runs = np.flatnonzero(np.diff(row_token) <= 0) + 1  # a host's run ends where the token order restarts
+    bounds = [0, *runs.tolist(), row_token.size]
+    if is_torch(back):
+        import torch
+
+        floating = back.dtype.is_floating_point or back.dtype.is_complex
+        wide = back if floating else back.to(torch.int64)
+        out = wide.new_zeros((num_tokens, *trail))
+        for a, b in zip(bounds, bounds[1:]):
+            index = torch.from_numpy(row_token[a:b]).to(back.device)
+            out = out.index_copy(0, index, wide[a:b]) if a == 0 else out.index_add(0, index, wide[a:b])
+        return out if floating else out.to(back.dtype)
+    floating = back.dtype.kind in "fc"
+    out = np.zeros((num_tokens, *trail), dtype=back.dtype if floating else np.int64)
+    for a, b in zip(bounds, bounds[1:]):
+        if a == 0:
+            out[row_token[a:b]] = back[a:b]
+        else:
+            out[row_token[a:b]] += back[a:b]
+    return out if floating else out.astype(back.dtype)
