@@ -192,6 +192,29 @@ def replay_then_late(comm, late, seconds):
     return "exchanged"
 
 
+def late_voter(comm, late, vote_timeout):
+    """``replay_then_late`` with the vote bounded by ``vote_timeout`` (shorter than the job's)."""
+    comm.adapter.board.timeout = vote_timeout
+    x = np.zeros((comm.size, 2))
+    rs.all_to_all(x, 0, 1)
+    rs.all_to_all(x, 0, 1, check=True)  # the plan made with its records, so that it can vote
+    if comm.rank == late:
+        import time
+
+        time.sleep(600)
+    rs.all_to_all(x, 0, 1, check=True)
+    return "exchanged"
+
+
+def vote_path(comm):
+    """Whether this rank votes through shared memory, and a checked replay still agrees."""
+    x = np.ones((comm.size, 4), dtype=np.float32)
+    for _ in range(3):
+        rs.all_to_all(x, 0, 1, check=True)
+    assert rs.last_exchange().replayed
+    return comm.adapter.board is not None
+
+
 def toggled_check(comm):
     """comm.check flipped between calls: each setting is its own signature."""
     x = np.ones((comm.size, 3), dtype=np.float32)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -70,6 +71,28 @@ def test_plan_text():
     run = reshard_cli("plan", "--shape", "6x6", "--ranks", "3")
     assert run.returncode == 0
     assert "rows 0-1, cols 2-3 -> rank 1" in run.stdout
+
+
+@pytest.mark.parametrize("hosts", [2, 8])
+def test_plan_moe_counts_what_crosses_as_routing_drawn_at_random_does(hosts):
+    run = reshard_cli("plan", "--moe", "--hosts", str(hosts), "--json")  # DeepEP's normal-kernel setting
+    assert run.returncode == 0, run.stderr
+    table = json.loads(run.stdout)
+    # the oracle: 40,000 tokens routed to 8 distinct experts of 256 drawn at random, counted
+    rng = np.random.default_rng(hosts)
+    host_of_slot = np.argsort(rng.random((40_000, 256)), axis=1)[:, :8] // (256 // hosts)
+    remote = host_of_slot != 0  # a token of host 0
+    reached = sum(((host_of_slot == h).any(axis=1)).mean() for h in range(1, hosts))
+    assert table["pairs_across_per_token"] == pytest.approx(remote.sum(axis=1).mean(), rel=0.02)
+    assert table["remote_hosts_per_token"] == pytest.approx(reached, rel=0.02)
+    flat, dedup = table["flat"], table["deduplicated"]
+    assert dedup["dispatch_bytes_per_rank"] == pytest.approx(4096 * reached * 7168 * (1 + 4 / 128), rel=0.02)
+    assert dedup["combine_bytes_per_host_link"] == pytest.approx(8 * 4096 * reached * 7168 * 2, rel=0.02)
+    assert flat["dispatch_s"] == pytest.approx(flat["dispatch_bytes_per_rank"] / 50e9)
+    text = reshard_cli("plan", "--moe").stdout
+    assert "deduplicated" in text and "per host link" in text
+    bad = reshard_cli("plan", "--moe", "--hosts", "3")
+    assert bad.returncode == 2 and "256 experts do not spread evenly over 3 hosts" in bad.stderr
 
 
 def test_plan_on_hosts_sets_flat_beside_two_level():

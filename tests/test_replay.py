@@ -153,6 +153,22 @@ def test_flipping_the_check_makes_a_new_signature(engine):
         assert seen == [(False, 2), (True, 1), (False, 1), (True, 1), (True, 1)], seen
 
 
+def test_vote_through_shared_memory_names_the_rank_that_never_votes():
+    # gloo ranks on one host vote through their outboxes: the wait is reshard's own polling
+    start = time.monotonic()
+    with pytest.raises(rs.RankFailed) as info:
+        rs.spawn(replay_rank.late_voter, 3, engine="gloo", args=(1, 2.0), timeout=15)
+    assert time.monotonic() - start < 40
+    for rank in (0, 2):  # the vote's own bound ran out first, on both, naming the rank
+        assert "CommTimeout" in info.value.failures[rank] and "for rank(s) 1" in info.value.failures[rank], \
+            info.value.failures
+
+
+def test_vote_through_shared_memory_is_on_where_every_rank_shares_memory():
+    boards = rs.spawn(replay_rank.vote_path, 3, engine="gloo")
+    assert boards == [True] * 3, boards
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_gradient_through_a_replay(engine):
     n = 3

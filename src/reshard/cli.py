@@ -79,12 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--html", metavar="FILE", help="a self-contained HTML page animating AllToAll")
 
     plan = sub.add_parser("plan", help="plan an exchange without starting ranks")
-    plan.add_argument("--shape", type=parse_shape, required=True, help="global shape, e.g. 8192x8192 or 64x32x16")
-    where = plan.add_mutually_exclusive_group(required=True)
+    plan.add_argument("--shape", type=parse_shape, help="global shape, e.g. 8192x8192 or 64x32x16 (required but with --moe)")
+    where = plan.add_mutually_exclusive_group()
     where.add_argument("--ranks", type=_positive, help="number of ranks (a 1-D world)")
     where.add_argument("--mesh", type=parse_shape, help="a process mesh, e.g. 2x2 or 64x64; then --src and --dst give one placement per mesh dim")
     where.add_argument("--hosts", type=_positive, help="hosts of --ranks-per-host ranks each: the row -> column all_to_all flat against two-level, on paper")
     plan.add_argument("--ranks-per-host", type=_positive, default=8, help="with --hosts: ranks on each host (default 8)")
+    plan.add_argument("--moe", action="store_true", help="MoE dispatch and combine across --hosts (default 2) on paper: bytes per rank and per host link, flat against deduplicated; defaults are DeepEP's normal-kernel setting")
+    plan.add_argument("--tokens", type=_positive, default=4096, help="with --moe: tokens per rank (default 4096)")
+    plan.add_argument("--hidden", type=_positive, default=7168, help="with --moe: elements per token (default 7168)")
+    plan.add_argument("--top-k", type=_positive, default=8, help="with --moe: experts per token (default 8)")
+    plan.add_argument("--experts", type=_positive, default=256, help="with --moe: experts in all (default 256)")
+    plan.add_argument("--link-gbps", type=float, default=50.0, help="with --moe: GB/s of each rank's link across hosts (default 50: a 400 Gb/s NIC)")
     plan.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); on a mesh one per mesh dim: 'S(0),S(1)'")
     plan.add_argument("--dst", default=None, help="same choices (default col); on a mesh one per mesh dim: 'S(1),S(0)'")
     plan.add_argument("--dtype", default="float32", help="element type, for the byte counts (default float32)")
@@ -270,11 +276,51 @@ def _plan_hosts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_moe(args: argparse.Namespace) -> int:
+    """MoE dispatch (FP8 with its scales) and combine (BF16) across hosts, on paper."""
+    from .hosts_plan import moe_table
+
+    hosts = args.hosts or 2
+    if args.top_k > args.experts:
+        raise ReshardError(f"--top-k {args.top_k} is more than --experts {args.experts}")
+    try:
+        table = moe_table(args.tokens, args.hidden, args.top_k, args.experts, hosts, args.ranks_per_host,
+                          link_bytes_per_s=args.link_gbps * 1e9)
+    except ValueError as exc:
+        raise ReshardError(str(exc)) from exc
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    from rich.table import Table
+
+    grid = Table(title=f"MoE across {hosts} hosts x {args.ranks_per_host} ranks: {args.tokens:,} tokens of {args.hidden:,} "
+                       f"per rank, top-{args.top_k} of {args.experts} experts (uniform routing), FP8 dispatch, BF16 combine")
+    for name in ("path", "rows across per rank", "dispatch: bytes per rank / per host link", "combine: bytes per rank / per host link",
+                 f"time at {args.link_gbps:g} GB/s per rank: dispatch / combine"):
+        grid.add_column(name, justify="left" if name == "path" else "right")
+    for name in ("flat", "deduplicated"):
+        r = table[name]
+        grid.add_row(name, f"{r['rows_across_per_rank']:,.0f}",
+                     f"{r['dispatch_bytes_per_rank'] / 1e6:,.1f} MB / {r['dispatch_bytes_per_host_link'] / 1e6:,.1f} MB",
+                     f"{r['combine_bytes_per_rank'] / 1e6:,.1f} MB / {r['combine_bytes_per_host_link'] / 1e6:,.1f} MB",
+                     f"{r['dispatch_s'] * 1e3:.3f} ms / {r['combine_s'] * 1e3:.3f} ms")
+    console = _console()
+    console.print(grid)
+    console.print(f"a token's {args.top_k} slots: {table['pairs_across_per_token']:.3f} on other hosts (flat rows), "
+                  f"{table['remote_hosts_per_token']:.3f} other hosts reached (deduplicated rows); "
+                  f"{table['dispatch_bytes_per_element']:g} B per dispatched element (FP8 and a float32 scale per 128)")
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .layout import parse_placements
     from .plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
     from .viz.terminal import render_mesh_plan, render_plan
 
+    if args.moe:
+        return _plan_moe(args)
+    if args.shape is None or (args.ranks, args.mesh, args.hosts) == (None, None, None):
+        raise ReshardError("plan needs --shape and one of --ranks, --mesh or --hosts (or --moe)")
     if args.hosts is not None:
         return _plan_hosts(args)
     if args.rank is not None:

@@ -69,3 +69,36 @@ def moe_cheaper(flat_link_bytes: int, two_level_link_bytes: int, pair_bytes_per_
     two = (2 * levels.step + two_level_link_bytes * levels.beta_link
            + pair_bytes_per_rank * (per_host - 1) / per_host * levels.beta_local)
     return two < flat
+
+
+def moe_table(tokens: int, hidden: int, top_k: int, experts: int, hosts: int, per_host: int,
+              dispatch_bytes: float = 1 + 4 / 128, combine_bytes: float = 2.0,
+              link_bytes_per_s: float = 50e9) -> dict:
+    """MoE dispatch and combine across ``hosts`` on paper: each of ``hosts * per_host`` ranks
+    routes ``tokens`` tokens of ``hidden`` elements to ``top_k`` distinct experts drawn
+    uniformly from ``experts`` (spread evenly over the hosts). Expected bytes per rank sent
+    across hosts, flat (one row per (token, slot) on a remote host) against deduplicated (one
+    row per (token, remote host)); per host link (its ranks' sum, each way); and the time at
+    ``link_bytes_per_s`` per rank (a rank's own NIC). ``dispatch_bytes`` per element defaults
+    to FP8 with one float32 scale per 128 elements, ``combine_bytes`` to BF16."""
+    from math import comb
+
+    if experts % hosts:
+        raise ValueError(f"{experts} experts do not spread evenly over {hosts} hosts")
+    remote = experts - experts // hosts
+    pairs_across = top_k * remote / experts  # (token, slot) pairs per token on other hosts
+    miss = comb(experts - experts // hosts, top_k) / comb(experts, top_k)  # no slot on a given host
+    hosts_across = (hosts - 1) * (1 - miss)  # remote hosts a token reaches
+    rows = {"flat": pairs_across, "deduplicated": hosts_across}
+    out: dict = {"tokens": tokens, "hidden": hidden, "top_k": top_k, "experts": experts, "hosts": hosts,
+                 "ranks_per_host": per_host, "dispatch_bytes_per_element": dispatch_bytes,
+                 "combine_bytes_per_element": combine_bytes, "link_bytes_per_s_per_rank": link_bytes_per_s,
+                 "pairs_across_per_token": pairs_across, "remote_hosts_per_token": hosts_across}
+    for name, per_token in rows.items():
+        d = tokens * per_token * hidden * dispatch_bytes
+        c = tokens * per_token * hidden * combine_bytes
+        out[name] = {"rows_across_per_rank": tokens * per_token, "dispatch_bytes_per_rank": d,
+                     "combine_bytes_per_rank": c, "dispatch_bytes_per_host_link": d * per_host,
+                     "combine_bytes_per_host_link": c * per_host, "dispatch_s": d / link_bytes_per_s,
+                     "combine_s": c / link_bytes_per_s}
+    return out

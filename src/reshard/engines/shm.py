@@ -16,18 +16,22 @@ import hashlib
 import mmap
 import os
 import stat
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .. import settings
+from ..errors import CommTimeout, RankFailed
 
 _ALIGN = 64  # every message starts on a cache line
 # Below this a message goes by the engine's own path: its one hop beats a note and a copy
 # (performance docs). RESHARD_SHM_MIN_BYTES sets it; a pair takes the larger of its two.
 SMALLEST: int = settings.BY_NAME["RESHARD_SHM_MIN_BYTES"].default
 _TOKEN_BYTES = 16
+# The outbox's first cache line: the token, then the vote board's two slots of (seq, v0, v1).
+_BOARD_BYTES = 64
 
 
 def enabled_here() -> bool:
@@ -89,7 +93,7 @@ class Outbox:
 
     def take(self, nbytes: int) -> Any:
         """A fresh region of ``nbytes`` for this exchange's messages."""
-        offset = -(-self.cursor // _ALIGN) * _ALIGN
+        offset = -(-max(self.cursor, _BOARD_BYTES) // _ALIGN) * _ALIGN  # the first line holds the board
         if offset + nbytes > self.capacity:
             self._grow(offset + nbytes)
         self.cursor = offset + nbytes
@@ -124,8 +128,10 @@ class LocalPeers:
     """The ranks of one group that this rank reaches through shared memory, and their outboxes
     opened read-only."""
 
-    def __init__(self, outbox: Outbox, peer_fds: dict[int, int], smallest: dict[int, int] | None = None) -> None:
+    def __init__(self, outbox: Outbox, peer_fds: dict[int, int], smallest: dict[int, int] | None = None,
+                 pids: dict[int, int] | None = None) -> None:
         self.outbox = outbox
+        self.pids = pids or {}  # peer -> its process, to tell a dead peer from a slow one
         self.peer_fds = peer_fds
         self.peers = frozenset(peer_fds)
         self.views: dict[int, np.ndarray] = {}  # peer -> its outbox, mapped read-only
@@ -165,7 +171,8 @@ class LocalPeers:
             if outbox is not None:
                 outbox.close()
             return None
-        return cls(outbox, both, {q: max(smallest, int(cards[q, 6])) for q in both})
+        return cls(outbox, both, {q: max(smallest, int(cards[q, 6])) for q in both},
+                   {q: int(cards[q, 2]) for q in both})
 
     def reaches(self, peer: int, nbytes: int) -> bool:
         """This message goes through shared memory (both sides decide alike: same rule, same length)."""
@@ -198,6 +205,78 @@ class LocalPeers:
             os.close(fd)
         self.peer_fds = {}
         self.outbox.close()
+
+
+class VoteBoard:
+    """The replay vote (an elementwise max of two int64) among ranks that all share memory,
+    with no message: each rank writes its vote into its own outbox's first cache line and reads
+    its peers' from theirs. A vote is numbered; slot ``seq % 2`` holds it, so a rank one vote
+    ahead never overwrites what a slower peer still reads (it cannot get two ahead: the next
+    vote waits for that peer). The number is written after the values and read before them,
+    which x86-64's store and load order makes safe; elsewhere the engine's own all-reduce
+    votes (``usable_here``)."""
+
+    def __init__(self, local: LocalPeers, rank: int, timeout: float) -> None:
+        self.rank, self.timeout = rank, timeout
+        self.mine = local.outbox.maps[0][2][:_BOARD_BYTES].numpy().view(np.int64)
+        self.peers = {q: np.frombuffer(mmap.mmap(fd, _BOARD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.int64)
+                      for q, fd in local.peer_fds.items()}
+        self.pids = dict(local.pids)
+        self.seq = 0
+
+    @staticmethod
+    def usable_here() -> bool:
+        import platform
+
+        return platform.machine().lower() in ("x86_64", "amd64")
+
+    def start(self, values: Any) -> Callable[[], np.ndarray]:
+        """Write this rank's vote; the result waits for every peer's (bounded by the timeout)."""
+        self.seq += 1
+        seq, at = self.seq, 2 + 3 * (self.seq % 2)
+        vote = np.asarray(values, dtype=np.int64)
+        self.mine[at + 1 : at + 3] = vote
+        self.mine[at] = seq  # last: a peer that reads this number finds the values beside it
+
+        def finish() -> np.ndarray:
+            best, waiting = vote.copy(), dict(self.peers)
+            start, polls = time.monotonic(), 0
+            while waiting:
+                for q, board in list(waiting.items()):
+                    if board[at] == seq:
+                        np.maximum(best, board[at + 1 : at + 3], out=best)
+                        del waiting[q]
+                if waiting:
+                    polls += 1
+                    if polls > 64:  # a peer is still busy: give it the core
+                        os.sched_yield()
+                        if polls % 4096 == 0:  # now and then: a peer that ended will never vote
+                            dead = sorted(q for q in waiting if not _alive(self.pids.get(q)))
+                            if dead:
+                                raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
+                                                 f"{', '.join(map(str, dead))} gone (their process ended)")
+                        if time.monotonic() - start > self.timeout:
+                            raise CommTimeout(
+                                f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
+                                f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
+            return best
+
+        return finish
+
+    def close(self) -> None:
+        self.peers.clear()
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether process ``pid`` still runs (unknown counts as running; a zombie has ended)."""
+    if pid is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
 
 
 def _open_outbox(pid: int, fd: int, token: np.ndarray) -> int | None:

@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -18,7 +19,7 @@ from ..pieces import exchange_packed, pack
 from ..steps import AllToAll
 from .base import CallState, ExchangeRun
 from .gloo_pairwise import pairwise_form
-from .shm import LocalPeers
+from .shm import LocalPeers, VoteBoard
 
 _TIMEOUT_WORDS = ("timed out", "timeout", "time out", "deadline")
 # reshard's point-to-point messages carry their own tag, so a user's isend/irecv on the same
@@ -66,6 +67,7 @@ class TorchEngine:
         self._helper: Any = None  # the thread that runs the replay vote while the rank packs
         self.scratch_dir: str | None = None  # a private rendezvous directory to remove on close
         self.local: LocalPeers | None = None  # same-host peers reached through shared memory
+        self.board: VoteBoard | None = None  # the vote through shared memory, where every rank shares it
 
     def open_local_peers(self) -> TorchEngine:
         """Collective: find the peers on this host that messages reach through shared memory
@@ -73,6 +75,10 @@ class TorchEngine:
         if self.name == "gloo":
             with self._guard("shared memory setup"):
                 self.local = LocalPeers.open(self.rank, self.size, lambda b: self.allgather_bytes(b, "shared memory setup"))
+                # the vote goes through shared memory only where every rank reaches every other
+                ready = self.local is not None and len(self.local.peers) == self.size - 1 and VoteBoard.usable_here()
+                if self.size > 1 and self.allgather_bytes(np.array([ready], dtype=np.uint8), "shared memory setup").all():
+                    self.board = VoteBoard(self.local, self.rank, self.timeout)
         return self
 
     def send_buffer(self, count: int, like: Any) -> Any:
@@ -208,6 +214,8 @@ class TorchEngine:
         A thread, not ``async_op=True`` (see ``start_allgather_bytes``): the call is the same
         synchronous one, and no collective starts on this group before it returns.
         """
+        if self.board is not None and np.size(values) == 2:
+            return self.board.start(values)
         if self.name == "nccl":  # a CUDA device is chosen per thread: keep to the caller's
             done = self.allreduce_max(values, what)
             return lambda: done
@@ -219,8 +227,8 @@ class TorchEngine:
 
     def allreduce_max(self, values: Any, what: str) -> Any:
         """numpy int64 [k] -> numpy int64 [k], the elementwise max over ranks (the replay vote)."""
-        import numpy as np
-
+        if self.board is not None and np.size(values) == 2:
+            return self.board.start(values)()
         device = "cuda" if self.name == "nccl" else "cpu"
         buf = torch.from_numpy(np.array(values, dtype=np.int64)).to(device)
         with self._guard(what):
@@ -254,6 +262,9 @@ class TorchEngine:
         if self._helper is not None:
             self._helper.shutdown(wait=True)
             self._helper = None
+        if self.board is not None:
+            self.board.close()
+            self.board = None
         if self.local is not None:
             self.local.close()
             self.local = None
