@@ -95,6 +95,71 @@ def test_plan_moe_counts_what_crosses_as_routing_drawn_at_random_does(hosts):
     assert bad.returncode == 2 and "256 experts do not spread evenly over 3 hosts" in bad.stderr
 
 
+@pytest.mark.parametrize("rank", range(4))
+def test_plan_rank_on_hosts_gives_that_ranks_two_level_steps(rank):
+    from oracle import balanced
+
+    run = reshard_cli("plan", "--hosts", "2", "--ranks-per-host", "2", "--shape", "10x7", "--rank", str(rank), "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    rows, cols = balanced(10, 4), balanced(7, 4)
+    host, local = divmod(rank, 2)
+    other_local, other_host = host * 2 + (1 - local), (1 - host) * 2 + local
+    inside, across = report["steps"][1], report["steps"][2]
+    # inside: to the other local rank, this rank's rows of the columns of that local index on both hosts
+    assert inside["sends_to"] == [other_local]
+    assert inside["sent_bytes"] == rows[rank] * (cols[1 - local] + cols[2 + 1 - local]) * 4
+    # across: to its twin on the other host, the host's rows of the twin's columns (one message)
+    assert across["sends_to"] == [other_host]
+    assert across["sent_bytes"] == (rows[host * 2] + rows[host * 2 + 1]) * cols[other_host] * 4
+    assert report["algorithm"] == "hierarchical" and report["peers"] == sorted({other_local, other_host})
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_explain_moe_shows_what_each_path_sent_across_hosts(lang, tmp_path):
+    png, page = tmp_path / "moe.png", tmp_path / "moe.html"
+    run = reshard_cli("explain", "--moe", "--json", "--lang", lang, "--png", str(png), "--html", str(page))
+    assert run.returncode == 0, run.stderr
+    facts = json.loads(run.stdout)
+    n, hosts, tokens = facts["ranks"], facts["hosts"], facts["tokens_per_rank"]
+    assert (n, hosts, facts["top_k"]) == (4, 2, 2)
+    host = [r // 2 for r in range(n)]
+    ids = facts["ids"]
+    # the oracle, from the routing alone: expert d's rows by source rank then token, and the copies across
+    for d in range(n):
+        want = [[s, t] for s in range(n) for t in range(tokens) if d in ids[s][t]]
+        assert facts["expert_rows"][d] == want, d
+    flat = sum(host[e] != host[s] for s in range(n) for t in range(tokens) for e in ids[s][t])
+    once = sum(len({host[e] for e in ids[s][t]} - {host[s]}) for s in range(n) for t in range(tokens))
+    assert facts["rows_across"] == {"flat": flat, "hierarchical": once}
+    assert facts["same_expert_inputs"] and facts["combine_ok"]
+    row = facts["row_bytes"]
+    # what rs.last_exchange() counted: rows out and back; the two-level dispatch adds k int64 routing ids a row
+    assert facts["bytes_across"]["flat"] == {"dispatch": flat * row, "combine": flat * row}
+    assert facts["bytes_across"]["hierarchical"] == {"dispatch": once * (row + 16), "combine": once * row}
+    assert png.stat().st_size > 10_000
+    text = page.read_text(encoding="utf-8")
+    assert ("교환 전" in text) == (lang == "ko") and "rank 3 · host 1" in text
+    words = reshard_cli("explain", "--moe", "--lang", lang).stdout
+    assert ("host 사이" in words) == (lang == "ko") and "A0" in words
+
+
+def test_plan_on_hosts_takes_the_calibrated_levels(tmp_path):
+    levels = tmp_path / "levels.json"  # as reshard bench --calibrate writes it: only the link costs here
+    levels.write_text(json.dumps({"levels": {"alpha_local": 0.0, "beta_local": 0.0, "alpha_link": 0.0,
+                                             "beta_link": 1e-9, "step": 0.0}}))
+    run = reshard_cli("plan", "--hosts", "2", "--ranks-per-host", "2", "--shape", "1024x1024", "--json",
+                      "--levels", str(levels))
+    assert run.returncode == 0, run.stderr
+    table = json.loads(run.stdout)
+    link = 2 * (1 << 20) * 2 // 4  # 2 ranks a host, 1 MiB each, half of it to the other host
+    assert table["flat"]["estimate_s"] == pytest.approx(link * 1e-9)
+    assert table["hierarchical"]["estimate_s"] == pytest.approx(link * 1e-9)
+    levels.write_text("{}")
+    bad = reshard_cli("plan", "--hosts", "2", "--shape", "8x8", "--levels", str(levels))
+    assert bad.returncode == 2 and "cannot read the cost model" in bad.stderr
+
+
 def test_plan_on_hosts_sets_flat_beside_two_level():
     run = reshard_cli("plan", "--hosts", "512", "--ranks-per-host", "8", "--shape", "65536x65536", "--dtype", "bfloat16",
                       "--json")

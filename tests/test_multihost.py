@@ -87,6 +87,23 @@ JOB = textwrap.dedent(
     assert np.array_equal(moe["flat"][2], moe["hierarchical"][2])  # the experts see the same rows
     assert np.allclose(moe["flat"][3], moe["hierarchical"][3], rtol=1e-5, atol=1e-5)
     link["moe"] = tuple((moe[a][0], moe[a][1]) for a in ("flat", "hierarchical"))
+    # the check's vote in two levels: through shared memory on each host, one all-reduce among
+    # the hosts' lowest ranks; a checked replay still names the rank whose call differs
+    assert comm.adapter.board is not None and comm.adapter.board.two_level
+    y = np.ones((comm.size * 3, 5), dtype=np.float32)
+    for _ in range(3):
+        rs.all_to_all(y, 0, 1, check=True)
+    assert rs.last_exchange().replayed
+    odd = y[:-1] if comm.rank == 3 else y
+    try:
+        rs.all_to_all(np.ascontiguousarray(odd), 0, 1, check=True)
+        raise AssertionError("a different shape on rank 3 went through")
+    except rs.ReshardError as exc:
+        assert "rank 3" in str(exc), exc
+    # the cost model fitted on these two hosts: every number found, none negative
+    from reshard.bench.calibrate import calibrate_job
+    fitted = calibrate_job(comm, repeats=2)["levels"]
+    assert all(np.isfinite(v) and v >= 0 for v in fitted.values()) and fitted["beta_link"] > 0, fitted
     local = comm.adapter.local
     mesh = rs.Mesh.from_hosts(comm)
     assert comm.hosts == [0, 0, 1, 1] and comm.host == comm.rank // 2, comm.hosts

@@ -6,6 +6,7 @@ plans run on real ranks in test_multihost.py (two hosts) and on one host in test
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +105,26 @@ def test_moe_model_takes_two_levels_only_where_the_link_bytes_saved_pay_for_them
     assert hosts_plan.moe_cheaper(64 << 20, 32 << 20, 16 << 20, 2, 2)
     # a few bytes saved do not pay for the second step
     assert not hosts_plan.moe_cheaper(64 << 10, 60 << 10, 16 << 10, 2, 2)
+
+
+@pytest.mark.parametrize(("hosts", "per_host"), [(2, 2), (3, 4), (8, 1)])
+def test_levels_fitted_from_each_level_alone_give_back_its_times(hosts, per_host):
+    truth = hosts_plan.Levels(alpha_local=3e-6, beta_local=1 / 40e9, alpha_link=40e-6, beta_link=1 / 2e9, step=90e-6)
+    if per_host == 1:  # nothing moves inside a host: no local numbers to find
+        truth = hosts_plan.Levels(alpha_local=0.0, beta_local=0.0, alpha_link=40e-6, beta_link=1 / 2e9, step=90e-6)
+
+    def level_times(lv):  # each level alone, written out from the model's definition
+        inside = {b: lv.step + (per_host - 1) * lv.alpha_local + b * (per_host - 1) / per_host * lv.beta_local
+                  for b in (64 << 10, 16 << 20)}
+        across = {b: lv.step + (hosts - 1) * lv.alpha_link + b * per_host * (hosts - 1) / hosts * lv.beta_link
+                  for b in (64 << 10, 16 << 20)}
+        return inside, across
+
+    fitted = hosts_plan.fit_levels(*level_times(truth), hosts, per_host)
+    # the bytes' costs are found; of the fixed costs, only each level's total is (step and the
+    # per-message alphas are one sum per level): the fit puts the common part in the step
+    assert fitted.beta_local == pytest.approx(truth.beta_local, rel=1e-6, abs=1e-18)
+    assert fitted.beta_link == pytest.approx(truth.beta_link, rel=1e-6)
+    for got, want in zip(level_times(fitted), level_times(truth)):
+        assert got == pytest.approx(want, rel=1e-9)
+    assert min(fitted.alpha_local, fitted.alpha_link) == 0.0 and fitted.step > 0

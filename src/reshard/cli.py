@@ -7,9 +7,11 @@ import json
 import sys
 from collections.abc import Sequence
 
+from .cli_common import make_console, parse_shape, placement, positive
+from .cli_plan import cmd_plan
 from .engines.available import ENGINES
 from .errors import ReshardError
-from .layout import Shard, parse_placement
+from .layout import Shard
 from .messages import LANGS, say
 
 # Here rather than in bench (which imports numpy), so the CLI starts light; bench's docstring
@@ -17,33 +19,6 @@ from .messages import LANGS, say
 BENCH_METHODS = ("reshard", "reshard-nocheck", "raw", "dtensor", "memcpy")  # the default set
 BENCH_METHODS_ALL = (*BENCH_METHODS, "raw+pack", "raw+round", "raw+local")
 DEMO_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "complex64")
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(part) for part in text.lower().replace("*", "x").split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"cannot read shape {text!r}: write it like 6x6 or 7x5") from None
-    if not dims or any(d < 0 for d in dims):
-        raise argparse.ArgumentTypeError(f"shape {text!r} needs non-negative sizes")
-    return dims
-
-
-def _placement(text: str):
-    try:
-        return parse_placement(text)
-    except ReshardError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"needs at least 1, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the row -> column example (a 6x6 matrix row-sharded over 3 ranks becomes column-sharded) on local ranks and check it")
-    demo.add_argument("--ranks", type=_positive, default=3, help="number of local ranks (default 3)")
+    demo.add_argument("--ranks", type=positive, default=3, help="number of local ranks (default 3)")
     demo.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
     demo.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); with --mesh one per mesh dim")
     demo.add_argument("--dst", default=None, help="same choices (default col); with --mesh one per mesh dim")
@@ -68,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page animating the exchange")
 
     explain = sub.add_parser("explain", help="run Gather, AllGather, ReduceScatter, AllToAll, AllReduce side by side and answer what each one sums, replicates and moves")
-    explain.add_argument("--ranks", type=_positive, default=3, help="number of local ranks (default 3)")
+    explain.add_argument("--ranks", type=positive, default=3, help="number of local ranks (default 3)")
     explain.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
     explain.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     explain.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
@@ -77,19 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     explain.add_argument("--png", metavar="FILE", help="draw the layout before and after each collective as a PNG")
     explain.add_argument("--html", metavar="FILE", help="a self-contained HTML page animating AllToAll")
+    explain.add_argument("--moe", action="store_true", help="a small MoE dispatch and combine instead, on --ranks ranks grouped into --hosts hosts: flat against two levels, and what crossed between hosts")
+    explain.add_argument("--hosts", type=positive, default=2, help="with --moe: hosts the ranks are grouped into (default 2)")
+    explain.add_argument("--top-k", type=positive, default=2, help="with --moe: experts per token (default 2)")
 
     plan = sub.add_parser("plan", help="plan an exchange without starting ranks")
     plan.add_argument("--shape", type=parse_shape, help="global shape, e.g. 8192x8192 or 64x32x16 (required but with --moe)")
     where = plan.add_mutually_exclusive_group()
-    where.add_argument("--ranks", type=_positive, help="number of ranks (a 1-D world)")
+    where.add_argument("--ranks", type=positive, help="number of ranks (a 1-D world)")
     where.add_argument("--mesh", type=parse_shape, help="a process mesh, e.g. 2x2 or 64x64; then --src and --dst give one placement per mesh dim")
-    where.add_argument("--hosts", type=_positive, help="hosts of --ranks-per-host ranks each: the row -> column all_to_all flat against two-level, on paper")
-    plan.add_argument("--ranks-per-host", type=_positive, default=8, help="with --hosts: ranks on each host (default 8)")
+    where.add_argument("--hosts", type=positive, help="hosts of --ranks-per-host ranks each: the row -> column all_to_all flat against two-level, on paper")
+    plan.add_argument("--ranks-per-host", type=positive, default=8, help="with --hosts: ranks on each host (default 8)")
+    plan.add_argument("--levels", metavar="FILE", help="with --hosts: the cost model's numbers as reshard bench --calibrate wrote them")
     plan.add_argument("--moe", action="store_true", help="MoE dispatch and combine across --hosts (default 2) on paper: bytes per rank and per host link, flat against deduplicated; defaults are DeepEP's normal-kernel setting")
-    plan.add_argument("--tokens", type=_positive, default=4096, help="with --moe: tokens per rank (default 4096)")
-    plan.add_argument("--hidden", type=_positive, default=7168, help="with --moe: elements per token (default 7168)")
-    plan.add_argument("--top-k", type=_positive, default=8, help="with --moe: experts per token (default 8)")
-    plan.add_argument("--experts", type=_positive, default=256, help="with --moe: experts in all (default 256)")
+    plan.add_argument("--tokens", type=positive, default=4096, help="with --moe: tokens per rank (default 4096)")
+    plan.add_argument("--hidden", type=positive, default=7168, help="with --moe: elements per token (default 7168)")
+    plan.add_argument("--top-k", type=positive, default=8, help="with --moe: experts per token (default 8)")
+    plan.add_argument("--experts", type=positive, default=256, help="with --moe: experts in all (default 256)")
     plan.add_argument("--link-gbps", type=float, default=50.0, help="with --moe: GB/s of each rank's link across hosts (default 50: a 400 Gb/s NIC)")
     plan.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); on a mesh one per mesh dim: 'S(0),S(1)'")
     plan.add_argument("--dst", default=None, help="same choices (default col); on a mesh one per mesh dim: 'S(1),S(0)'")
@@ -101,42 +80,32 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--beta", type=float, default=1 / 5e9, help="seconds per byte (1 / bandwidth), default 1/5e9")
     bench = sub.add_parser("bench", help="time reshard's collectives beside the raw engine, DTensor and memcpy")
     bench.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
-    bench.add_argument("--ranks", type=_positive, default=4, help="number of local ranks (default 4)")
+    bench.add_argument("--ranks", type=positive, default=4, help="number of local ranks (default 4)")
     bench.add_argument("--mesh", type=parse_shape, help="time a layout change on a process mesh (e.g. 2x2), beside DTensor on the same mesh")
     bench.add_argument("--src", help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
     bench.add_argument("--dst", help="with --mesh: the destination, e.g. 'S(1),S(0)'")
     bench.add_argument("--op", choices=("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe"), default="redistribute", help="the collective to time (default redistribute, Shard(0) -> Shard(1))")
     bench.add_argument("--overlap", action="store_true", help="time compute hidden behind started calls (async_op=True): an all_to_all of the first --sizes with a matrix multiply, and a MoE layer through rs.moe.pipeline (on two hosts with a shaped link: benchmarks/overlap.py)")
     bench.add_argument("--sizes", default="64K..64M", help="bytes per rank: START..END (x4 steps) or a list 1M,16M (default 64K..64M)")
-    bench.add_argument("--factor", type=_positive, default=4, help="step between sizes in START..END (default 4)")
+    bench.add_argument("--factor", type=positive, default=4, help="step between sizes in START..END (default 4)")
     bench.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64", "int8"), default="float32", help="element type (default float32)")
     bench.add_argument("--methods", default=",".join(BENCH_METHODS), help=f"comma list of {', '.join(BENCH_METHODS_ALL)} (default: the first five)")
     bench.add_argument("--iters", type=int, default=0, help="timed iterations per method and size (default: by size)")
     bench.add_argument("--warmup", type=int, default=2, help="untimed runs per method and size first (default 2)")
     bench.add_argument("--numpy", action="store_true", help="MPI engine: time numpy arrays instead of torch tensors")
     bench.add_argument("--json", metavar="FILE", help="write every row, sample and ratio as JSON")
+    bench.add_argument("--calibrate", action="store_true", help="started by torchrun or mpirun on every host: time the all_to_all inside the hosts and across them, and fit the two-level cost model's numbers per level (with --json FILE, rank 0 writes them for reshard plan --levels)")
     bench.add_argument("--plot", metavar="FILE.png", help="draw busbw against size for each method, floor included")
     bench.add_argument("--timeout", type=float, default=1800.0, help="seconds before the whole run is stopped (default 1800)")
     bench.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     doctor = sub.add_parser("doctor", help="what is installed here and which engines work (paste it into a bug report)")
     doctor.add_argument("--engine", choices=ENGINES, help="the engine you need: exit 1 when it cannot work here")
-    doctor.add_argument("--ranks", type=_positive, help="also run a real exchange on this many local ranks of each working engine")
+    doctor.add_argument("--ranks", type=positive, help="also run a real exchange on this many local ranks of each working engine")
     doctor.add_argument("--timeout", type=float, default=60.0, help="seconds before a --ranks trial is stopped (default 60)")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     return parser
 
-
-def _console(no_color: bool = False, stderr: bool = False):
-    from rich.console import Console
-
-    console = Console(highlight=False, soft_wrap=False, no_color=no_color or None, stderr=stderr)
-    if not console.is_terminal:
-        console.width = max(console.width, 200)  # a pipe or a log: keep every table whole
-    return console
-
-
-SMALL_PLAN_RANKS = 256  # above this a 1-D plan is summed up without listing its transfers
 
 def _missing_extra(args: argparse.Namespace) -> str | None:
     """One line naming what to install, when a flag needs a library that is not installed;
@@ -162,10 +131,10 @@ def _missing_extra(args: argparse.Namespace) -> str | None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    console = _console(args.no_color)
+    console = make_console(args.no_color)
     if args.mesh:
         return _demo_mesh(args, console)
-    args.src, args.dst = _placement(args.src or "row"), _placement(args.dst or "col")
+    args.src, args.dst = placement(args.src or "row"), placement(args.dst or "col")
     if len(args.shape) != 2:
         console.print(say("cli.error", args.lang, error=f"demo draws a matrix: --shape needs two sizes, got {len(args.shape)}"))
         return 2
@@ -212,24 +181,50 @@ def _pictures(args: argparse.Namespace, scenes: list, title: str, console) -> No
     from .viz import pictures
 
     if args.png:
-        pictures.draw_png(args.png, scenes, title)
+        pictures.draw_png(args.png, scenes, title, args.lang)
         console.print(say("cli.wrote", args.lang, path=args.png, what=say("cli.png", args.lang)))
     if args.html:
-        pictures.write_html(args.html, scenes, title)
+        pictures.write_html(args.html, scenes, title, args.lang)
         console.print(say("cli.wrote", args.lang, path=args.html, what=say("cli.html", args.lang)))
+
+
+def _explain_moe(args: argparse.Namespace) -> int:
+    """``reshard explain --moe``: run a small dispatch and combine both ways, then say and draw it."""
+    from .explain_moe import run_explain_moe
+    from .viz.moe_scenes import moe_scenes
+    from .viz.terminal import render_explain_moe
+
+    ranks = args.ranks if args.ranks != 3 or args.hosts != 2 else 4  # the default: two hosts of two
+    if ranks % args.hosts:
+        raise ReshardError(f"--ranks {ranks} do not split evenly into --hosts {args.hosts}")
+    if args.top_k > ranks:
+        raise ReshardError(f"--top-k {args.top_k} is more than the {ranks} experts (one per rank)")
+    facts = run_explain_moe(ranks, args.hosts, args.top_k, args.engine, args.timeout)
+    console = make_console(args.no_color)
+    if args.json:
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
+    else:
+        render_explain_moe(console, facts, args.lang)
+    scenes = moe_scenes(facts["ids"], [[tuple(r) for r in rows] for rows in facts["expert_rows"]], args.hosts,
+                        lambda key, **kw: say(key, args.lang, **kw))
+    title = say("moe.flat.title", args.lang).split(",")[0] + f": {ranks} ranks, {args.hosts} hosts"
+    _pictures(args, scenes, title, console if not args.json else make_console(True, stderr=True))
+    return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from .explain import run_explain
     from .viz.terminal import render_explain
 
+    if args.moe:
+        return _explain_moe(args)
     if len(args.shape) != 2:
         print(say("cli.error", args.lang, error="explain works on a matrix: --shape needs two sizes"), file=sys.stderr)
         return 2
     facts = run_explain(args.ranks, args.shape, args.engine, args.timeout)
     from .viz.scenes import FIVE, collective_scene
 
-    console = _console(args.no_color)
+    console = make_console(args.no_color)
     if args.json:
         collectives = facts.pop("collectives")
         facts = {**facts, **collectives}
@@ -238,124 +233,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         render_explain(console, facts, args.lang)
     title = f"Five collectives on A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks"
     scenes = [collective_scene(name, args.shape, args.ranks) for name in FIVE]
-    _pictures(args, scenes, title, console if not args.json else _console(True, stderr=True))
-    return 0
-
-
-def _plan_hosts(args: argparse.Namespace) -> int:
-    """The row -> column all_to_all on ``--hosts`` x ``--ranks-per-host`` ranks: flat against two-level."""
-    import math
-
-    from .hosts_plan import two_level_table
-    from .plan import ITEMSIZE
-
-    if args.dtype not in ITEMSIZE:
-        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
-    n = args.hosts * args.ranks_per_host
-    table = two_level_table(math.prod(args.shape) * ITEMSIZE[args.dtype] // n, args.hosts, args.ranks_per_host)
-    if args.json:
-        print(json.dumps(table, indent=2))
-        return 0
-    from rich.table import Table
-
-    lv = table["levels"]
-    grid = Table(title=f"all_to_all of {'x'.join(map(str, args.shape))} {args.dtype} rows -> columns on {args.hosts} hosts "
-                       f"x {args.ranks_per_host} ranks ({n:,} ranks, {table['bytes_per_rank']:,} B per rank)")
-    for name in ("algorithm", "messages per rank inside / across", "bytes per rank inside a host",
-                 "bytes per host link, each way", "estimate"):
-        grid.add_column(name, justify="right" if name != "algorithm" else "left")
-    for name in ("flat", "hierarchical"):
-        r = table[name]
-        grid.add_row(name, f"{r['messages_inside_per_rank']:,} / {r['messages_across_per_rank']:,}",
-                     f"{r['bytes_inside_per_rank']:,}", f"{r['bytes_per_host_link']:,}", f"{r['estimate_s'] * 1e3:.3f} ms")
-    console = _console()
-    console.print(grid)
-    console.print(f"cost model: inside a host {lv['alpha_local_s'] * 1e6:g} us per message and {1 / lv['beta_local_s_per_byte'] / 1e9:g} GB/s "
-                  f"per rank; across, {lv['alpha_link_s'] * 1e6:g} us per message and {1 / lv['beta_link_s_per_byte'] / 1e9:g} GB/s "
-                  f"per host link, shared by its ranks; {lv['step_s'] * 1e6:g} us per exchange step")
-    return 0
-
-
-def _plan_moe(args: argparse.Namespace) -> int:
-    """MoE dispatch (FP8 with its scales) and combine (BF16) across hosts, on paper."""
-    from .hosts_plan import moe_table
-
-    hosts = args.hosts or 2
-    if args.top_k > args.experts:
-        raise ReshardError(f"--top-k {args.top_k} is more than --experts {args.experts}")
-    try:
-        table = moe_table(args.tokens, args.hidden, args.top_k, args.experts, hosts, args.ranks_per_host,
-                          link_bytes_per_s=args.link_gbps * 1e9)
-    except ValueError as exc:
-        raise ReshardError(str(exc)) from exc
-    if args.json:
-        print(json.dumps(table, indent=2))
-        return 0
-    from rich.table import Table
-
-    grid = Table(title=f"MoE across {hosts} hosts x {args.ranks_per_host} ranks: {args.tokens:,} tokens of {args.hidden:,} "
-                       f"per rank, top-{args.top_k} of {args.experts} experts (uniform routing), FP8 dispatch, BF16 combine")
-    for name in ("path", "rows across per rank", "dispatch: bytes per rank / per host link", "combine: bytes per rank / per host link",
-                 f"time at {args.link_gbps:g} GB/s per rank: dispatch / combine"):
-        grid.add_column(name, justify="left" if name == "path" else "right")
-    for name in ("flat", "deduplicated"):
-        r = table[name]
-        grid.add_row(name, f"{r['rows_across_per_rank']:,.0f}",
-                     f"{r['dispatch_bytes_per_rank'] / 1e6:,.1f} MB / {r['dispatch_bytes_per_host_link'] / 1e6:,.1f} MB",
-                     f"{r['combine_bytes_per_rank'] / 1e6:,.1f} MB / {r['combine_bytes_per_host_link'] / 1e6:,.1f} MB",
-                     f"{r['dispatch_s'] * 1e3:.3f} ms / {r['combine_s'] * 1e3:.3f} ms")
-    console = _console()
-    console.print(grid)
-    console.print(f"a token's {args.top_k} slots: {table['pairs_across_per_token']:.3f} on other hosts (flat rows), "
-                  f"{table['remote_hosts_per_token']:.3f} other hosts reached (deduplicated rows); "
-                  f"{table['dispatch_bytes_per_element']:g} B per dispatched element (FP8 and a float32 scale per 128)")
-    return 0
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from .layout import parse_placements
-    from .plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
-    from .viz.terminal import render_mesh_plan, render_plan
-
-    if args.moe:
-        return _plan_moe(args)
-    if args.shape is None or (args.ranks, args.mesh, args.hosts) == (None, None, None):
-        raise ReshardError("plan needs --shape and one of --ranks, --mesh or --hosts (or --moe)")
-    if args.hosts is not None:
-        return _plan_hosts(args)
-    if args.rank is not None:
-        return _plan_rank(args)
-    mesh = args.mesh or ((args.ranks,) if args.ranks > SMALL_PLAN_RANKS else None)
-    if mesh is None:
-        src, dst = _placement(args.src or "row"), _placement(args.dst or "col")
-        plan = make_plan(args.shape, src, dst, args.ranks, args.dtype)
-        if args.json:
-            report = plan_report(plan)
-            report["time_estimate_s"] = estimate_seconds(plan, args.alpha, args.beta)
-            report["cost_model"] = {"alpha_s": args.alpha, "beta_s_per_byte": args.beta}
-            print(json.dumps(report, indent=2))
-        else:
-            render_plan(_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
-        return 0
-    from .mesh_plan import plan_summary
-
-    if args.mesh and (args.src is None or args.dst is None):
-        raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
-    src = parse_placements(args.src or "row")
-    dst = parse_placements(args.dst or "col")
-    if args.dtype not in ITEMSIZE:
-        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
-    report = plan_summary(args.shape, src, dst, mesh, ITEMSIZE[args.dtype])
-    report["dtype"] = args.dtype
-    if args.json:
-        if report["ranks"] > 4096:  # per-rank lists of tens of thousands of numbers: summarised
-            for step in report["steps"]:
-                for key in ("bytes_sent_per_rank", "bytes_received_per_rank"):
-                    v = step.pop(key)
-                    step[key.replace("per_rank", "summary")] = {"min": min(v), "max": max(v), "total": sum(v)}
-        print(json.dumps(report, indent=2))
-    else:
-        render_mesh_plan(_console(), report, args.lang)
+    _pictures(args, scenes, title, console if not args.json else make_console(True, stderr=True))
     return 0
 
 
@@ -366,36 +244,32 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        render(_console(args.no_color), report)
+        render(make_console(args.no_color), report)
     return 1 if report["problems"] else 0
 
 
-def _plan_rank(args: argparse.Namespace) -> int:
-    """``reshard plan --rank R``: that rank's part alone."""
-    import math
+def _bench_calibrate(args: argparse.Namespace) -> int:
+    """The two-level cost model fitted on the hosts this job spans (every rank runs this)."""
+    from .bench.calibrate import calibrate_job
+    from .comm import init
 
-    from .layout import parse_placements
-    from .plan import ITEMSIZE
-    from .rank_view import rank_report
-    from .viz.terminal import render_rank_plan
-
-    size = math.prod(args.mesh) if args.mesh else args.ranks
-    if not 0 <= args.rank < size:
-        raise ReshardError(f"--rank {args.rank} is outside the {size} ranks (0 to {size - 1})")
-    if args.dtype not in ITEMSIZE:
-        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
-    if args.mesh:
-        if args.src is None or args.dst is None:
-            raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
-        report = rank_report(args.shape, parse_placements(args.src), parse_placements(args.dst), args.rank, args.dtype,
-                             mesh=args.mesh)
-    else:
-        report = rank_report(args.shape, _placement(args.src or "row"), _placement(args.dst or "col"), args.rank,
-                             args.dtype, ranks=args.ranks)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        render_rank_plan(_console(), report)
+    comm = init(engine=args.engine, timeout=args.timeout)
+    try:
+        result = calibrate_job(comm, repeats=max(3, args.iters or 9))
+    except ValueError as exc:
+        raise ReshardError(str(exc)) from exc
+    finally:
+        rank = comm.rank
+        comm.close()
+    if rank == 0:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        lv = result["levels"]
+        print(f"{result['hosts']} hosts x {result['ranks_per_host']} ranks: inside a host {lv['alpha_local'] * 1e6:.1f} us per "
+              f"message and {1 / lv['beta_local'] / 1e9 if lv['beta_local'] else float('inf'):.3g} GB/s per rank; across "
+              f"{lv['alpha_link'] * 1e6:.1f} us per message and {1 / lv['beta_link'] / 1e9 if lv['beta_link'] else float('inf'):.3g} "
+              f"GB/s per host link; {lv['step'] * 1e6:.1f} us per exchange step")
     return 0
 
 
@@ -426,6 +300,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 2
     if args.overlap:
         return _bench_overlap(args, sizes[0])
+    if args.calibrate:
+        return _bench_calibrate(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.mesh:
         if not (args.src and args.dst):
@@ -442,7 +318,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.op == "moe" and 8 % args.ranks:
         print("reshard bench: --op moe places 8 experts, so --ranks must be 1, 2, 4 or 8", file=sys.stderr)
         return 2
-    console = _console(args.no_color)
+    console = make_console(args.no_color)
     if not console.is_terminal:
         console.width = 160  # a log or a pipe: keep every column whole
     rows = bench.run_bench(args.engine, args.ranks, args.op, sizes, args.dtype, methods, args.iters, args.warmup,

@@ -58,6 +58,30 @@ def cheaper(bytes_per_rank: int, hosts: int, per_host: int, levels: Levels = Lev
     return "hierarchical" if table["hierarchical"]["estimate_s"] < table["flat"]["estimate_s"] else "flat"
 
 
+def fit_levels(inside: dict[int, float], across: dict[int, float], hosts: int, per_host: int) -> Levels:
+    """The model's numbers from a row -> column all_to_all timed on each level alone at two
+    sizes (bytes per rank -> seconds): inside each host (``per_host`` ranks) and across hosts
+    (``hosts`` ranks with the same local index, every local index at once). A line through each
+    level's two points gives its fixed cost (intercept) and its bytes' cost (slope):
+
+    * inside: ``intercept = step + (L - 1) * alpha_local``, slope per byte a rank sends inside;
+    * across: ``intercept = step + (H - 1) * alpha_link``, slope per byte on a host link.
+
+    ``step`` is the smaller intercept; each level's ``alpha`` is the rest of its own, per message."""
+    def line(times: dict[int, float], share: float) -> tuple[float, float]:
+        (small, t_small), (large, t_large) = sorted(times.items())[0], sorted(times.items())[-1]
+        if share == 0 or large == small:  # one rank a host (nothing moves inside), or one size
+            return t_small, 0.0
+        slope = max(0.0, (t_large - t_small) / ((large - small) * share))
+        return max(0.0, t_small - small * share * slope), slope
+
+    fixed_in, beta_local = line(inside, (per_host - 1) / per_host)  # what a rank sends inside
+    fixed_across, beta_link = line(across, per_host * (hosts - 1) / hosts)  # what a host link carries
+    step = min(fixed_in, fixed_across)
+    return Levels(alpha_local=(fixed_in - step) / max(1, per_host - 1), beta_local=beta_local,
+                  alpha_link=(fixed_across - step) / max(1, hosts - 1), beta_link=beta_link, step=step)
+
+
 def moe_cheaper(flat_link_bytes: int, two_level_link_bytes: int, pair_bytes_per_rank: int, hosts: int,
                 per_host: int, levels: Levels = Levels()) -> bool:
     """Whether a MoE exchange is estimated faster in two levels (``reshard.moe_hosts``): the

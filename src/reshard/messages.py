@@ -9,6 +9,67 @@ from __future__ import annotations
 LANGS = ("en", "ko")
 
 CATALOGUE: dict[str, dict[str, str]] = {
+    "moe.title": {
+        "en": "reshard explain --moe: {tokens} tokens on each of {ranks} local ranks ({engine}) grouped into {hosts} hosts; "
+              "each token goes to {top_k} of {experts} experts (expert e on rank e). Run for real, both paths.",
+        "ko": "reshard explain --moe: {ranks}개 로컬 rank({engine})를 {hosts}개 host로 묶고, rank마다 token {tokens}개; "
+              "token마다 {experts}개 expert 중 {top_k}개로 보낸다 (expert e는 rank e에). 두 경로 모두 실제로 실행.",
+    },
+    "moe.box": {"en": "rank {rank} · host {host}", "ko": "rank {rank} · host {host}"},
+    "moe.routing": {"en": "Routing (token -> its experts, and the hosts they sit on):",
+                    "ko": "라우팅 (token -> 그 expert들, 그리고 expert가 있는 host):"},
+    "moe.token_line": {"en": "  {token} (rank {rank}, host {host}) -> experts {experts} on hosts {hosts}",
+                       "ko": "  {token} (rank {rank}, host {host}) -> expert {experts}, host {hosts}"},
+    "moe.flat": {
+        "en": "Flat: each (token, expert) pair travels straight to its expert's rank: {crossing} of {pairs} copies "
+              "crossed between hosts.",
+        "ko": "평면(flat): (token, expert) 쌍마다 expert의 rank로 곧장 간다: 사본 {pairs}개 중 {crossing}개가 host 사이를 건넜다.",
+    },
+    "moe.two": {
+        "en": "Two levels: each token crosses ONCE to each other host that holds one of its experts (to the rank "
+              "with its local index there), which copies it to those experts: {crossing} copies crossed between hosts.",
+        "ko": "두 단계: token은 자기 expert가 있는 다른 host마다 한 번만 건너가고 (그 host에서 같은 local index의 rank로), "
+              "그 rank가 expert들에게 복사해 준다: host 사이를 건넌 사본은 {crossing}개.",
+    },
+    "moe.same": {"en": "Each expert received the same rows on both paths (checked on every rank):",
+                 "ko": "두 경로에서 각 expert가 받은 행은 같다 (모든 rank에서 확인):"},
+    "moe.expert_line": {"en": "  rank {rank}'s expert: {rows}", "ko": "  rank {rank}의 expert: {rows}"},
+    "moe.differ": {"en": "WRONG: the two paths gave the experts different rows", "ko": "오류: 두 경로가 expert에게 다른 행을 주었다"},
+    "moe.combine": {
+        "en": "Combine runs the way back. Flat sends every pair's row home ({flat} rows across); two levels add a "
+              "token's rows on the expert's host first and send one row per (token, host) home ({two} rows across). "
+              "With identity experts every token came back as {top_k} x itself: {ok}.",
+        "ko": "combine은 되돌아가는 길이다. 평면은 쌍마다 행을 돌려보내고 (host 사이 {flat}행), 두 단계는 expert의 host에서 "
+              "token의 행들을 먼저 더해 (token, host)마다 한 행만 돌려보낸다 (host 사이 {two}행). 항등 expert이므로 "
+              "모든 token이 자기 자신의 {top_k}배로 돌아왔다: {ok}.",
+    },
+    "moe.bytes": {
+        "en": "Bytes across hosts as rs.last_exchange() counted them (dispatch + combine, all ranks): flat {flat}, "
+              "two levels {two} (its dispatch also carries each row's routing, k int64).",
+        "ko": "rs.last_exchange()가 센 host 사이 바이트 (dispatch + combine, 모든 rank): 평면 {flat}, 두 단계 {two} "
+              "(두 단계 dispatch는 행마다 라우팅 k개 int64도 함께 보낸다).",
+    },
+    "moe.yes": {"en": "yes", "ko": "예"},
+    "moe.no": {"en": "NO", "ko": "아니오"},
+    "moe.flat.title": {"en": "MoE dispatch, flat", "ko": "MoE dispatch, 평면"},
+    "moe.flat.caption": {
+        "en": "Each (token, expert) pair goes straight to the expert's rank: {crossing} of {pairs} copies cross between hosts.",
+        "ko": "(token, expert) 쌍마다 expert의 rank로 곧장 간다: 사본 {pairs}개 중 {crossing}개가 host 사이를 건넌다.",
+    },
+    "moe.across.title": {"en": "Two levels, 1: across hosts", "ko": "두 단계, 1: host 사이"},
+    "moe.across.caption": {
+        "en": "Each token goes once to each other host holding one of its experts, to the rank with its local index "
+              "there (right column): {crossing} copies cross between hosts.",
+        "ko": "token은 자기 expert가 있는 다른 host마다 한 번, 그 host의 같은 local index rank로 간다 (오른쪽 열): "
+              "host 사이를 건너는 사본은 {crossing}개.",
+    },
+    "moe.inside.title": {"en": "Two levels, 2: inside each host", "ko": "두 단계, 2: 각 host 안"},
+    "moe.inside.caption": {
+        "en": "Each rank copies the tokens it holds to their experts on its own host; nothing crosses between hosts. "
+              "The experts end with the same rows as on the flat path.",
+        "ko": "각 rank는 가진 token을 자기 host의 expert들에게 복사한다; host 사이로는 아무것도 건너지 않는다. "
+              "expert들은 평면 경로와 같은 행을 받는다.",
+    },
     "demo.title": {
         "en": "reshard demo: {collective} as a layout exchange of A[{rows} x {cols}] ({dtype}) on {ranks} local ranks ({engine})",
         "ko": "reshard demo: A[{rows} x {cols}] ({dtype})를 {ranks}개 로컬 rank({engine})에서 {collective}로 layout 교환",

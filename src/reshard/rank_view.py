@@ -22,7 +22,9 @@ def _step(step: Step, over: str, sent: dict[int, int], received: dict[int, int],
     """One step as the report gives it; ``regions(peer, sending)`` gives the global region moved
     to or from a peer where the step knows it (else None)."""
     out: dict[str, Any] = {
-        "collective": step.collective, "over": over, "sums_values": isinstance(step, (ReduceScatter, OnMeshDim)),
+        "collective": step.collective, "over": over,
+        "sums_values": isinstance(step, ReduceScatter) or (
+            isinstance(step, OnMeshDim) and any(isinstance(s, ReduceScatter) for s in step.steps)),
         "sent_bytes": sum(sent.values()) * item, "received_bytes": sum(received.values()) * item,
         "sends_to": sorted(sent), "receives_from": sorted(received),
     }
@@ -69,6 +71,36 @@ def _world_regions(shape: Sequence[int], src: Placement, step: Step, rank: int, 
     if isinstance(step, AllGather) and step.dim is not None:
         return lambda p, sending: held(rank if sending else p)
     return None
+
+
+def hosts_rank_report(shape: Sequence[int], rank: int, hosts: int, per_host: int, dtype: str = "float32"
+                      ) -> dict[str, Any]:
+    """``reshard plan --hosts H --ranks-per-host L --rank R``: rank R's part of the row -> column
+    all_to_all in two levels (``planner.all_to_all_hierarchical``, what
+    ``rs.all_to_all(..., algorithm="hierarchical")`` runs), with ``plan_seconds``."""
+    import numpy  # noqa: F401  (loaded before the clock starts)
+
+    item = ITEMSIZE[dtype]
+    shape = tuple(int(s) for s in shape)
+    n, mesh_shape = hosts * per_host, (hosts, per_host)
+    rows = [b - a for a, b in (shard_range(shape[0], n, r) for r in range(n))]
+    started = time.perf_counter()
+    plan = planner.all_to_all_hierarchical(rank, [(r, *shape[1:]) for r in rows], 1, 0, hosts)
+    seconds = time.perf_counter() - started
+    steps = []
+    for step, (_, sent, received) in zip(plan.steps, planner.rank_traffic(plan, (rows[rank], *shape[1:]), mesh_shape)):
+        over = "this rank"
+        if isinstance(step, OnMeshDim):
+            over = (f"the {per_host} ranks of host {rank // per_host}" if step.mesh_dim == 1
+                    else f"local rank {rank % per_host} of each of the {hosts} hosts")
+        steps.append(_step(step, over, sent, received, item))
+    return {
+        "rank": rank, "ranks": n, "hosts": hosts, "ranks_per_host": per_host, "host": rank // per_host,
+        "global_shape": list(shape), "dtype": dtype, "src": "Shard(0)", "dst": "Shard(1)", "algorithm": "hierarchical",
+        "steps": steps, "sent_bytes": sum(s["sent_bytes"] for s in steps),
+        "received_bytes": sum(s["received_bytes"] for s in steps),
+        "peers": sorted({p for st in steps for p in (*st["sends_to"], *st["receives_from"])}), "plan_seconds": seconds,
+    }
 
 
 def rank_report(shape: Sequence[int], src: Any, dst: Any, rank: int, dtype: str = "float32", *,

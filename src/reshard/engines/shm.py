@@ -30,8 +30,9 @@ _ALIGN = 64  # every message starts on a cache line
 # (performance docs). RESHARD_SHM_MIN_BYTES sets it; a pair takes the larger of its two.
 SMALLEST: int = settings.BY_NAME["RESHARD_SHM_MIN_BYTES"].default
 _TOKEN_BYTES = 16
-# The outbox's first cache line: the token, then the vote board's two slots of (seq, v0, v1).
-_BOARD_BYTES = 64
+# The outbox's first two cache lines: the token, the vote board's two slots of (seq, v0, v1),
+# then the host leader's two result slots of the same form.
+_BOARD_BYTES = 128
 
 
 def enabled_here() -> bool:
@@ -98,7 +99,7 @@ class Outbox:
             self._grow(offset + nbytes)
         self.cursor = offset + nbytes
         if self.cursor > self.high_water:  # counted as ``scratch`` counts: all of it, when it grows
-            self.unreported = self.cursor
+            self.unreported = self.cursor - _BOARD_BYTES  # the board's lines are the file's own
             self.high_water = self.cursor
         return self.view(offset, nbytes)
 
@@ -208,16 +209,23 @@ class LocalPeers:
 
 
 class VoteBoard:
-    """The replay vote (an elementwise max of two int64) among ranks that all share memory,
-    with no message: each rank writes its vote into its own outbox's first cache line and reads
-    its peers' from theirs. A vote is numbered; slot ``seq % 2`` holds it, so a rank one vote
-    ahead never overwrites what a slower peer still reads (it cannot get two ahead: the next
-    vote waits for that peer). The number is written after the values and read before them,
-    which x86-64's store and load order makes safe; elsewhere the engine's own all-reduce
-    votes (``usable_here``)."""
+    """The replay vote (an elementwise max of two int64) through shared memory: each rank
+    writes its vote into its own outbox's first cache line and reads its peers' from theirs.
+    A vote is numbered; slot ``seq % 2`` holds it, so a rank one vote ahead never overwrites
+    what a slower peer still reads (it cannot get two ahead: the next vote waits for that
+    peer). The number is written after the values and read before them, which x86-64's store
+    and load order makes safe; elsewhere the engine's own all-reduce votes (``usable_here``).
 
-    def __init__(self, local: LocalPeers, rank: int, timeout: float) -> None:
-        self.rank, self.timeout = rank, timeout
+    On one host every rank reads every peer's vote. Across hosts (``across`` given) the host's
+    lowest rank, its leader, reads its host's votes, takes the all-reduce ``across`` with the
+    other hosts' leaders, and writes the result into its board, where its host's ranks read it
+    (``two_level``; ``across`` is given to the leader):
+    one small exchange among one rank per host instead of one among all."""
+
+    def __init__(self, local: LocalPeers, rank: int, timeout: float, two_level: bool = False,
+                 across: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        self.rank, self.timeout, self.two_level, self.across = rank, timeout, two_level, across
+        self.leader = min(rank, *local.peer_fds)
         self.mine = local.outbox.maps[0][2][:_BOARD_BYTES].numpy().view(np.int64)
         self.peers = {q: np.frombuffer(mmap.mmap(fd, _BOARD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.int64)
                       for q, fd in local.peer_fds.items()}
@@ -239,29 +247,47 @@ class VoteBoard:
         self.mine[at] = seq  # last: a peer that reads this number finds the values beside it
 
         def finish() -> np.ndarray:
-            best, waiting = vote.copy(), dict(self.peers)
-            start, polls = time.monotonic(), 0
-            while waiting:
-                for q, board in list(waiting.items()):
-                    if board[at] == seq:
-                        np.maximum(best, board[at + 1 : at + 3], out=best)
-                        del waiting[q]
-                if waiting:
-                    polls += 1
-                    if polls > 64:  # a peer is still busy: give it the core
-                        os.sched_yield()
-                        if polls % 4096 == 0:  # now and then: a peer that ended will never vote
-                            dead = sorted(q for q in waiting if not _alive(self.pids.get(q)))
-                            if dead:
-                                raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
-                                                 f"{', '.join(map(str, dead))} gone (their process ended)")
-                        if time.monotonic() - start > self.timeout:
-                            raise CommTimeout(
-                                f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
-                                f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
-            return best
+            if not self.two_level or self.rank == self.leader:
+                best = vote.copy()
+                for board in self._wait_for(self.peers, at, seq):
+                    np.maximum(best, board[at + 1 : at + 3], out=best)
+                if not self.two_level:
+                    return best
+                best = np.asarray(self.across(best), dtype=np.int64)  # the hosts' leaders
+                res = 8 + 3 * (seq % 2)
+                self.mine[res + 1 : res + 3] = best
+                self.mine[res] = seq
+                return best
+            res = 8 + 3 * (seq % 2)
+            board = next(iter(self._wait_for({self.leader: self.peers[self.leader]}, res, seq)))
+            return board[res + 1 : res + 3].copy()
 
         return finish
+
+    def _wait_for(self, boards: dict[int, np.ndarray], at: int, seq: int) -> list[np.ndarray]:
+        """Each of ``boards`` once its slot at ``at`` carries ``seq``; bounded by the timeout,
+        and a peer whose process ended is named at once."""
+        waiting, ready = dict(boards), []
+        start, polls = time.monotonic(), 0
+        while waiting:
+            for q, board in list(waiting.items()):
+                if board[at] == seq:
+                    ready.append(board)
+                    del waiting[q]
+            if waiting:
+                polls += 1
+                if polls > 64:  # a peer is still busy: give it the core
+                    os.sched_yield()
+                    if polls % 4096 == 0:  # now and then: a peer that ended will never vote
+                        dead = sorted(q for q in waiting if not _alive(self.pids.get(q)))
+                        if dead:
+                            raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
+                                             f"{', '.join(map(str, dead))} gone (their process ended)")
+                    if time.monotonic() - start > self.timeout:
+                        raise CommTimeout(
+                            f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
+                            f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
+        return ready
 
     def close(self) -> None:
         self.peers.clear()

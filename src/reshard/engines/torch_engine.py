@@ -75,11 +75,37 @@ class TorchEngine:
         if self.name == "gloo":
             with self._guard("shared memory setup"):
                 self.local = LocalPeers.open(self.rank, self.size, lambda b: self.allgather_bytes(b, "shared memory setup"))
-                # the vote goes through shared memory only where every rank reaches every other
-                ready = self.local is not None and len(self.local.peers) == self.size - 1 and VoteBoard.usable_here()
-                if self.size > 1 and self.allgather_bytes(np.array([ready], dtype=np.uint8), "shared memory setup").all():
-                    self.board = VoteBoard(self.local, self.rank, self.timeout)
+                self._open_board()
         return self
+
+    def _open_board(self) -> None:
+        """Collective: the vote through shared memory where the ranks fall into hosts whose ranks
+        all share memory (every rank agrees on every host's lowest rank and size); across
+        several hosts, their lowest ranks take the all-reduce for their hosts."""
+        if self.size == 1:
+            return
+        local = self.local
+        ready = local is not None and VoteBoard.usable_here()
+        card = np.array([ready, min(self.rank, *local.peers) if ready else -1, len(local.peers) + 1 if ready else 0],
+                        dtype=np.int64)
+        cards = self.allgather_bytes(card.view(np.uint8), "shared memory setup").view(np.int64).reshape(self.size, 3)
+        leaders = sorted({int(q) for q in cards[:, 1]})
+        if not cards[:, 0].all() or any((cards[:, 1] == cards[q, 1]).sum() != cards[q, 2] for q in range(self.size)):
+            return  # some rank has no board, or the hosts' memberships disagree: the all-reduce votes
+        if len(leaders) == 1:
+            self.board = VoteBoard(local, self.rank, self.timeout)
+            return
+        with self._guard("new_group"):  # every rank takes part in making the leaders' group
+            ranks = [dist.get_global_rank(self.group, r) for r in leaders] if self.group is not dist.group.WORLD else leaders
+            group = dist.new_group(ranks, timeout=datetime.timedelta(seconds=self.timeout))
+
+        def across(values: np.ndarray) -> np.ndarray:
+            buf = torch.from_numpy(np.array(values, dtype=np.int64))
+            with self._guard("the check's vote among the hosts' leaders"):
+                dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
+            return buf.numpy()
+
+        self.board = VoteBoard(local, self.rank, self.timeout, True, across if self.rank in leaders else None)
 
     def send_buffer(self, count: int, like: Any) -> Any:
         """A 1-D buffer of ``count`` elements like ``like`` for the packed messages of the next

@@ -15,7 +15,21 @@ from .scenes import Cell, Scene
 PALETTE = ["#d62728", "#2ca02c", "#1f77b4", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
 CELL = 56  # px per block in the HTML page
 BOX_GAP = 40
-MARGIN_X, MARGIN_Y = 20, 150  # the title, caption, controls and legend sit above the boxes
+MARGIN_X, MARGIN_Y = 20, 172  # the title, caption (two lines), controls and legend sit above the boxes
+
+
+# The words of the pictures themselves (captions come with the scenes), by language.
+WORDS = {
+    "en": {"before": "before", "after": "after", "previous": "previous", "play": "play", "step": "step",
+           "replay": "replay", "next": "next", "keys": "keys: \u2190 \u2192 scenes, space step, r replay",
+           "scene": "scene {k} of {n}", "pre": "before the exchange",
+           "post": "after the exchange ({m} block copies travelled)", "moving": "moving: {m} block copies",
+           "nothing": "nothing (None)"},
+    "ko": {"before": "이전", "after": "이후", "previous": "이전 장면", "play": "재생", "step": "한 단계",
+           "replay": "다시", "next": "다음 장면", "keys": "키: \u2190 \u2192 장면, space 한 단계, r 다시",
+           "scene": "장면 {k} / {n}", "pre": "교환 전", "post": "교환 후 (블록 사본 {m}개 이동)",
+           "moving": "이동 중: 블록 사본 {m}개", "nothing": "없음 (None)"},
+}
 
 
 def rank_colour(rank: int) -> str:
@@ -35,13 +49,20 @@ def page_size(n: int, grid: tuple[int, int] | None = None) -> tuple[int, int]:
 
 # -- PNG -------------------------------------------------------------------------------------
 
-def draw_png(path: str, scenes: Sequence[Scene], title: str) -> None:
+def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -> None:
     """Each scene as a row: its title, the boxes before, the boxes after; a legend below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    # Korean captions draw with a CJK font where one is installed (Debian: fonts-noto-cjk);
+    # matplotlib falls back along the list glyph by glyph
+    from matplotlib import font_manager
     from matplotlib.patches import Patch
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    plt.rcParams["font.family"] = ["DejaVu Sans", *[f for f in ("Noto Sans CJK KR", "NanumGothic") if f in installed]]
 
     n = scenes[0].n
     rows, cols = scenes[0].shape
@@ -50,7 +71,8 @@ def draw_png(path: str, scenes: Sequence[Scene], title: str) -> None:
     for row, scene in zip(axes, scenes):
         for ax, (when, cells) in zip(row, (("before", scene.before), ("after", scene.after))):
             _draw_boxes(ax, scene, cells)
-            ax.set_title(f"{scene.title}: {when}" if when == "before" else when, loc="left", fontsize=11,
+            said = WORDS.get(lang, WORDS["en"])[when]
+            ax.set_title(f"{scene.title}: {said}" if when == "before" else said, loc="left", fontsize=11,
                          fontweight="bold" if when == "before" else "normal")
     styles = sorted({s for scene in scenes for s, _ in scene.legend()}, key=["solid", "partial", "sum"].index)
     words = dict(w for scene in scenes for w in scene.legend())
@@ -78,7 +100,7 @@ def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]]) -> None:
             continue
         for c in cells[r]:
             x, y = ox + c.j + 0.05, c.i + 0.05
-            name = scene.names[(c.i, c.j)]
+            name = scene.cell_name(c)
             if c.style == "sum":
                 width = 0.9 / len(c.sources)
                 for k, s in enumerate(c.sources):
@@ -108,7 +130,7 @@ def _cells_json(scene: Scene, cells: dict[int, list[Cell]]) -> list[dict]:
         for c in row:
             x, y = position(scene.n, r, c.i, c.j, scene.shape)
             colours = [rank_colour(s) for s in c.sources] if c.style == "sum" else [rank_colour(c.colour_rank)]
-            out.append({"x": x, "y": y, "name": scene.names[(c.i, c.j)], "style": c.style, "colours": colours})
+            out.append({"x": x, "y": y, "name": scene.cell_name(c), "style": c.style, "colours": colours})
     return out
 
 
@@ -116,8 +138,8 @@ def _scene_json(scene: Scene) -> dict:
     moves = []
     for m in scene.moves:
         x0, y0 = position(scene.n, m.src, m.i, m.j, scene.shape)
-        x1, y1 = position(scene.n, m.dst, m.i, m.j, scene.shape)
-        moves.append({"from": [x0, y0], "to": [x1, y1], "name": scene.names[(m.i, m.j)], "style": m.style,
+        x1, y1 = position(scene.n, m.dst, *(m.to or (m.i, m.j)), scene.shape)
+        moves.append({"from": [x0, y0], "to": [x1, y1], "name": scene.cell_name(m), "style": m.style,
                       "colour": rank_colour(m.src)})
     return {"name": scene.name, "title": scene.title, "caption": scene.caption,
             "before": _cells_json(scene, scene.before), "after": _cells_json(scene, scene.after),
@@ -125,27 +147,29 @@ def _scene_json(scene: Scene) -> dict:
             "legend": scene.legend()}
 
 
-def write_html(path: str, scenes: Sequence[Scene], title: str) -> None:
+def write_html(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -> None:
     """A self-contained page that plays each scene: before, the copies travelling, after."""
+    words = WORDS.get(lang, WORDS["en"])
     n = scenes[0].n
     rows, cols = scenes[0].shape
     width, height = page_size(n, scenes[0].shape)
     boxes = "".join(
         f'<div class="box" style="left:{MARGIN_X + r * (cols * CELL + BOX_GAP) - 4}px;top:{MARGIN_Y - 4}px;'
-        f'width:{cols * CELL + 8}px;height:{rows * CELL + 8}px"><span class="none" id="none{r}">nothing (None)</span></div>'
+        f'width:{cols * CELL + 8}px;height:{rows * CELL + 8}px"><span class="none" id="none{r}">{html.escape(words["nothing"])}</span></div>'
         f'<div class="label" style="left:{MARGIN_X + r * (cols * CELL + BOX_GAP)}px;top:{MARGIN_Y - 26}px;'
         f'color:{rank_colour(r)}">{html.escape(scenes[0].label(r))}</div>'
         for r in range(n)
     )
     ranks = "".join(f'<span class="key"><i style="background:{rank_colour(r)}"></i>rank {r}</span>' for r in range(n))
-    data = json.dumps([_scene_json(s) for s in scenes])
+    data = json.dumps([_scene_json(s) for s in scenes], ensure_ascii=False)
     with open(path, "w", encoding="utf-8") as f:
         f.write(_PAGE.format(title=html.escape(title), width=width, height=height, x=MARGIN_X, cell=CELL,
-                             inner=CELL - 6, boxes=boxes, ranks=ranks, data=data))
+                             inner=CELL - 6, boxes=boxes, ranks=ranks, data=data, words=json.dumps(words, ensure_ascii=False),
+                             lang=lang, **{k: html.escape(words[k]) for k in ("previous", "play", "step", "replay", "next", "keys")}))
 
 
 _PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>{title}</title>
+<html lang="{lang}"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ margin:0; font-family:sans-serif; background:#fff; width:{width}px; height:{height}px; position:relative; }}
 #head {{ position:absolute; left:{x}px; top:8px; right:{x}px; }}
@@ -167,12 +191,14 @@ h1 {{ font-size:16px; margin:0 0 4px 0; }}
 .ghost {{ opacity:0.3; }}
 </style></head>
 <body><div id="head"><h1>{title}</h1><div id="caption"></div><div id="step"></div>
-<div id="controls"><button id="prev">&#9664; previous</button><button id="play">&#9654; play</button>
-<button id="next-step">step</button><button id="replay">&#8634; replay</button><button id="next">next &#9654;</button>
-<span style="font-size:11px;color:#777"> keys: &larr; &rarr; scenes, space step, r replay</span></div>
+<div id="controls"><button id="prev">&#9664; {previous}</button><button id="play">&#9654; {play}</button>
+<button id="next-step">{step}</button><button id="replay">&#8634; {replay}</button><button id="next">{next} &#9654;</button>
+<span style="font-size:11px;color:#777"> {keys}</span></div>
 <div id="legend">{ranks}<span id="styles"></span></div></div>{boxes}
 <script>
 const scenes = {data};
+const W = {words};
+const fill = (t, v) => Object.keys(v).reduce((a, key) => a.split("{{" + key + "}}").join(v[key]), t);
 let k = 0, phase = "before", timer = null;
 const FRAMES = 36, TICK = 30;
 function paint(d, style, colours) {{
@@ -205,8 +231,8 @@ function show(which) {{
     document.getElementById("none" + r).style.display = (which === "after" && s.empty.includes(r)) ? "block" : "none";
   for (const c of s[which]) block(c.x, c.y, c.name, c.style, c.colours);
   document.getElementById("caption").textContent = s.title + ": " + s.caption;
-  document.getElementById("step").textContent = "scene " + (k + 1) + " of " + scenes.length + ", " +
-    (which === "before" ? "before the exchange" : "after the exchange (" + s.moves.length + " block copies travelled)");
+  document.getElementById("step").textContent = fill(W.scene, {{k: k + 1, n: scenes.length}}) + ", " +
+    (which === "before" ? W.pre : fill(W.post, {{m: s.moves.length}}));
   legend(s);
   location.hash = s.name + (which === "after" ? "/final" : "");
 }}
@@ -215,7 +241,7 @@ function play() {{
   const s = scenes[k]; show("before");
   for (const d of Array.from(document.querySelectorAll(".drawn"))) d.classList.add("ghost");
   const flying = s.moves.map(m => [m, block(m.from[0], m.from[1], m.name, m.style, [m.colour])]);
-  document.getElementById("step").textContent = "scene " + (k + 1) + " of " + scenes.length + ", moving: " + s.moves.length + " block copies";
+  document.getElementById("step").textContent = fill(W.scene, {{k: k + 1, n: scenes.length}}) + ", " + fill(W.moving, {{m: s.moves.length}});
   let f = 0;
   // Timer-driven frames (not CSS transitions), so a headless browser reaches the same last frame.
   const tick = () => {{

@@ -36,6 +36,7 @@ class Cell:
     colour_rank: int  # the rank whose values these are (for a sum: the first source)
     style: str = "solid"  # solid | partial | sum
     sources: tuple[int, ...] = ()
+    name: str = ""  # its own label where (i, j) is a place in a box, not a block of the matrix
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Move:
     src: int
     dst: int
     style: str = "solid"  # how the travelling copy looks (a partial sum travels as partial)
+    to: tuple[int, int] | None = None  # where it lands in dst's box, where that is not (i, j)
+    name: str = ""  # its own label (as Cell.name)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class Scene:
 
     def label(self, rank: int) -> str:
         return self.labels[rank] if self.labels else f"rank {rank}"
+
+    def cell_name(self, c: Cell | Move) -> str:
+        return c.name or self.names[(c.i, c.j)]
 
     def legend(self) -> list[tuple[str, str]]:
         """(style, words) for the styles this scene uses, in order."""

@@ -226,6 +226,8 @@ def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape
 def render_rank_plan(console: Any, report: dict) -> None:
     """One rank's part of a plan: each step with its peers and bytes, then the totals."""
     where = (f"the {'x'.join(map(str, report['mesh']))} mesh (at {tuple(report['coord'])})" if "mesh" in report
+             else f"{report['hosts']} hosts x {report['ranks_per_host']} ranks (host {report['host']}), "
+                  f"the {report['algorithm']} all_to_all" if "hosts" in report
              else f"a world of {report['ranks']} ranks")
     src = ", ".join(report["src"]) if isinstance(report["src"], list) else report["src"]
     dst = ", ".join(report["dst"]) if isinstance(report["dst"], list) else report["dst"]
@@ -245,3 +247,34 @@ def render_rank_plan(console: Any, report: dict) -> None:
                               f"({human_bytes(row['bytes'])})")
     console.print(f"In all: {human_bytes(report['sent_bytes'])} sent, {human_bytes(report['received_bytes'])} "
                   f"received, {len(report['peers'])} peers; planned in {report['plan_seconds'] * 1e3:.2f} ms")
+
+
+def render_explain_moe(console: Any, facts: dict, lang: str = "en") -> None:
+    """``reshard explain --moe``: the routing, what crossed between hosts on each path, the rows
+    each expert got, and the way back."""
+    from ..messages import say
+    from .moe_scenes import token_name
+
+    n, hosts = facts["ranks"], facts["hosts"]
+    host = [r * hosts // n for r in range(n)]
+    console.print(say("moe.title", lang, tokens=facts["tokens_per_rank"], ranks=n, engine=facts["engine"], hosts=hosts,
+                      top_k=facts["top_k"], experts=facts["experts"]))
+    console.print(say("moe.routing", lang))
+    for r, tokens in enumerate(facts["ids"]):
+        for t, experts in enumerate(tokens):
+            console.print(say("moe.token_line", lang, token=token_name(r, t), rank=r, host=host[r],
+                              experts=", ".join(map(str, experts)), hosts=", ".join(str(host[e]) for e in experts)))
+    pairs = n * facts["tokens_per_rank"] * facts["top_k"]
+    console.print(say("moe.flat", lang, crossing=facts["rows_across"]["flat"], pairs=pairs))
+    console.print(say("moe.two", lang, crossing=facts["rows_across"]["hierarchical"]))
+    if facts["same_expert_inputs"]:
+        console.print(say("moe.same", lang))
+        for d, rows in enumerate(facts["expert_rows"]):
+            console.print(say("moe.expert_line", lang, rank=d, rows=" ".join(token_name(s, t) for s, t in rows) or "-"))
+    else:
+        console.print(say("moe.differ", lang))
+    console.print(say("moe.combine", lang, flat=facts["rows_across"]["flat"], two=facts["rows_across"]["hierarchical"],
+                      top_k=facts["top_k"], ok=say("moe.yes" if facts["combine_ok"] else "moe.no", lang)))
+    b = facts["bytes_across"]
+    console.print(say("moe.bytes", lang, flat=human_bytes(b["flat"]["dispatch"] + b["flat"]["combine"]),
+                      two=human_bytes(b["hierarchical"]["dispatch"] + b["hierarchical"]["combine"])))

@@ -1,0 +1,48 @@
+"""What the CLI's commands share: reading shapes and placements from the command line, and the
+terminal they print to."""
+
+from __future__ import annotations
+
+import argparse
+
+from .errors import ReshardError
+from .layout import parse_placement
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(part) for part in text.lower().replace("*", "x").split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cannot read shape {text!r}: write it like 6x6 or 7x5") from None
+    if not dims or any(d < 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"shape {text!r} needs non-negative sizes")
+    return dims
+
+
+def placement(text: str):
+    try:
+        return parse_placement(text)
+    except ReshardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1, got {value}")
+    return value
+
+
+def make_console(no_color: bool = False, stderr: bool = False):
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=False, no_color=no_color or None, stderr=stderr)
+    if not console.is_terminal:
+        console.width = max(console.width, 200)  # a pipe or a log: keep every table whole
+    return console
+
+
+SMALL_PLAN_RANKS = 256  # above this a 1-D plan is summed up without listing its transfers

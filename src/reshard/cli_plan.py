@@ -1,0 +1,175 @@
+"""``reshard plan``: an exchange planned without starting ranks (a world, a mesh, one rank's
+part, hosts, a MoE layer across hosts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .cli_common import SMALL_PLAN_RANKS, make_console, placement
+from .errors import ReshardError
+
+
+def _plan_hosts(args: argparse.Namespace) -> int:
+    """The row -> column all_to_all on ``--hosts`` x ``--ranks-per-host`` ranks: flat against two-level."""
+    import math
+
+    from .hosts_plan import Levels, two_level_table
+    from .plan import ITEMSIZE
+
+    if args.dtype not in ITEMSIZE:
+        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
+    n = args.hosts * args.ranks_per_host
+    if args.rank is not None:  # that rank's part of the two-level exchange
+        from .rank_view import hosts_rank_report
+        from .viz.terminal import render_rank_plan
+
+        if not 0 <= args.rank < n:
+            raise ReshardError(f"--rank {args.rank} is outside the {n} ranks (0 to {n - 1})")
+        report = hosts_rank_report(args.shape, args.rank, args.hosts, args.ranks_per_host, args.dtype)
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            render_rank_plan(make_console(), report)
+        return 0
+    levels = Levels()
+    if args.levels is not None:
+        try:
+            with open(args.levels) as f:
+                levels = Levels(**json.load(f)["levels"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ReshardError(f"cannot read the cost model's numbers from {args.levels}: {exc}") from exc
+    table = two_level_table(math.prod(args.shape) * ITEMSIZE[args.dtype] // n, args.hosts, args.ranks_per_host, levels)
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    from rich.table import Table
+
+    lv = table["levels"]
+    grid = Table(title=f"all_to_all of {'x'.join(map(str, args.shape))} {args.dtype} rows -> columns on {args.hosts} hosts "
+                       f"x {args.ranks_per_host} ranks ({n:,} ranks, {table['bytes_per_rank']:,} B per rank)")
+    for name in ("algorithm", "messages per rank inside / across", "bytes per rank inside a host",
+                 "bytes per host link, each way", "estimate"):
+        grid.add_column(name, justify="right" if name != "algorithm" else "left")
+    for name in ("flat", "hierarchical"):
+        r = table[name]
+        grid.add_row(name, f"{r['messages_inside_per_rank']:,} / {r['messages_across_per_rank']:,}",
+                     f"{r['bytes_inside_per_rank']:,}", f"{r['bytes_per_host_link']:,}", f"{r['estimate_s'] * 1e3:.3f} ms")
+    console = make_console()
+    console.print(grid)
+    console.print(f"cost model: inside a host {lv['alpha_local_s'] * 1e6:g} us per message and {1 / lv['beta_local_s_per_byte'] / 1e9:g} GB/s "
+                  f"per rank; across, {lv['alpha_link_s'] * 1e6:g} us per message and {1 / lv['beta_link_s_per_byte'] / 1e9:g} GB/s "
+                  f"per host link, shared by its ranks; {lv['step_s'] * 1e6:g} us per exchange step")
+    return 0
+
+
+def _plan_moe(args: argparse.Namespace) -> int:
+    """MoE dispatch (FP8 with its scales) and combine (BF16) across hosts, on paper."""
+    from .hosts_plan import moe_table
+
+    hosts = args.hosts or 2
+    if args.top_k > args.experts:
+        raise ReshardError(f"--top-k {args.top_k} is more than --experts {args.experts}")
+    try:
+        table = moe_table(args.tokens, args.hidden, args.top_k, args.experts, hosts, args.ranks_per_host,
+                          link_bytes_per_s=args.link_gbps * 1e9)
+    except ValueError as exc:
+        raise ReshardError(str(exc)) from exc
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    from rich.table import Table
+
+    grid = Table(title=f"MoE across {hosts} hosts x {args.ranks_per_host} ranks: {args.tokens:,} tokens of {args.hidden:,} "
+                       f"per rank, top-{args.top_k} of {args.experts} experts (uniform routing), FP8 dispatch, BF16 combine")
+    for name in ("path", "rows across per rank", "dispatch: bytes per rank / per host link", "combine: bytes per rank / per host link",
+                 f"time at {args.link_gbps:g} GB/s per rank: dispatch / combine"):
+        grid.add_column(name, justify="left" if name == "path" else "right")
+    for name in ("flat", "deduplicated"):
+        r = table[name]
+        grid.add_row(name, f"{r['rows_across_per_rank']:,.0f}",
+                     f"{r['dispatch_bytes_per_rank'] / 1e6:,.1f} MB / {r['dispatch_bytes_per_host_link'] / 1e6:,.1f} MB",
+                     f"{r['combine_bytes_per_rank'] / 1e6:,.1f} MB / {r['combine_bytes_per_host_link'] / 1e6:,.1f} MB",
+                     f"{r['dispatch_s'] * 1e3:.3f} ms / {r['combine_s'] * 1e3:.3f} ms")
+    console = make_console()
+    console.print(grid)
+    console.print(f"a token's {args.top_k} slots: {table['pairs_across_per_token']:.3f} on other hosts (flat rows), "
+                  f"{table['remote_hosts_per_token']:.3f} other hosts reached (deduplicated rows); "
+                  f"{table['dispatch_bytes_per_element']:g} B per dispatched element (FP8 and a float32 scale per 128)")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .layout import parse_placements
+    from .plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
+    from .viz.terminal import render_mesh_plan, render_plan
+
+    if args.moe:
+        return _plan_moe(args)
+    if args.shape is None or (args.ranks, args.mesh, args.hosts) == (None, None, None):
+        raise ReshardError("plan needs --shape and one of --ranks, --mesh or --hosts (or --moe)")
+    if args.hosts is not None:
+        return _plan_hosts(args)
+    if args.rank is not None:
+        return _plan_rank(args)
+    mesh = args.mesh or ((args.ranks,) if args.ranks > SMALL_PLAN_RANKS else None)
+    if mesh is None:
+        src, dst = placement(args.src or "row"), placement(args.dst or "col")
+        plan = make_plan(args.shape, src, dst, args.ranks, args.dtype)
+        if args.json:
+            report = plan_report(plan)
+            report["time_estimate_s"] = estimate_seconds(plan, args.alpha, args.beta)
+            report["cost_model"] = {"alpha_s": args.alpha, "beta_s_per_byte": args.beta}
+            print(json.dumps(report, indent=2))
+        else:
+            render_plan(make_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
+        return 0
+    from .mesh_plan import plan_summary
+
+    if args.mesh and (args.src is None or args.dst is None):
+        raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
+    src = parse_placements(args.src or "row")
+    dst = parse_placements(args.dst or "col")
+    if args.dtype not in ITEMSIZE:
+        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
+    report = plan_summary(args.shape, src, dst, mesh, ITEMSIZE[args.dtype])
+    report["dtype"] = args.dtype
+    if args.json:
+        if report["ranks"] > 4096:  # per-rank lists of tens of thousands of numbers: summarised
+            for step in report["steps"]:
+                for key in ("bytes_sent_per_rank", "bytes_received_per_rank"):
+                    v = step.pop(key)
+                    step[key.replace("per_rank", "summary")] = {"min": min(v), "max": max(v), "total": sum(v)}
+        print(json.dumps(report, indent=2))
+    else:
+        render_mesh_plan(make_console(), report, args.lang)
+    return 0
+
+
+def _plan_rank(args: argparse.Namespace) -> int:
+    """``reshard plan --rank R``: that rank's part alone."""
+    import math
+
+    from .layout import parse_placements
+    from .plan import ITEMSIZE
+    from .rank_view import rank_report
+    from .viz.terminal import render_rank_plan
+
+    size = math.prod(args.mesh) if args.mesh else args.ranks
+    if not 0 <= args.rank < size:
+        raise ReshardError(f"--rank {args.rank} is outside the {size} ranks (0 to {size - 1})")
+    if args.dtype not in ITEMSIZE:
+        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
+    if args.mesh:
+        if args.src is None or args.dst is None:
+            raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
+        report = rank_report(args.shape, parse_placements(args.src), parse_placements(args.dst), args.rank, args.dtype,
+                             mesh=args.mesh)
+    else:
+        report = rank_report(args.shape, placement(args.src or "row"), placement(args.dst or "col"), args.rank,
+                             args.dtype, ranks=args.ranks)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render_rank_plan(make_console(), report)
+    return 0
