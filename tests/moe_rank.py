@@ -41,7 +41,11 @@ def run_a2av(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
             r, n = comm.rank, comm.size
             rows = [_rows(case, i) for i in range(n)]
             x = _as(case["kind"], rows[r])
-            got, recv_counts = rs.all_to_all_v(x, case["counts"][r])
+            hosts, algorithm = hosts_of(case, n), case.get("algorithm", "auto")
+            if hosts is not None and hosts != comm.hosts:  # as a launcher would group the ranks; one machine here
+                comm.hosts, comm.hosts_mesh = hosts, None
+            got, recv_counts = rs.all_to_all_v(x, case["counts"][r], algorithm=algorithm)
+            two_level = "all_to_all_v (across hosts)" in [st.collective for st in rs.last_exchange().steps]
             want = all_to_all_v_expected(rows, case["counts"], r)
             problem = None
             if not _same(got, want):
@@ -50,8 +54,11 @@ def run_a2av(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
                 problem = f"recv_counts {recv_counts}"
             elif type(got) is not type(x):
                 problem = "type changed"
+            elif two_level != (algorithm == "hierarchical"):
+                problem = f"{algorithm} ran {[st.collective for st in rs.last_exchange().steps]}"
             else:  # the reverse exchange, without a count exchange, brings the rows home
-                back, _ = rs.all_to_all_v(got, recv_counts, recv_counts=case["counts"][r], check=False)
+                back, _ = rs.all_to_all_v(got, recv_counts, recv_counts=case["counts"][r], check=False,
+                                          algorithm=algorithm)
                 if not _same(back, rows[r]):
                     problem = "the reverse exchange did not bring the rows back"
             out.append(problem)
@@ -97,7 +104,7 @@ def _moe_case(comm: rs.Comm, case: dict) -> str | None:
     tokens, ids, weights = (_as(case["kind"], a) for a in inputs[r])
     before = _np(tokens).copy()
     hosts, algorithm = hosts_of(case, n), case.get("algorithm", "auto")
-    if hosts is not None:  # as a launcher would group the ranks (torchrun's GROUP_RANK); one machine here
+    if hosts is not None and hosts != comm.hosts:  # as a launcher would group them (torchrun's GROUP_RANK)
         comm.hosts, comm.hosts_mesh = hosts, None
     expert_in, handle = rs.moe.dispatch(tokens, ids, num_experts=case["experts"], capacity=case.get("capacity"),
                                         algorithm=algorithm)

@@ -115,10 +115,9 @@ def test_plan_rank_on_hosts_gives_that_ranks_two_level_steps(rank):
     assert report["algorithm"] == "hierarchical" and report["peers"] == sorted({other_local, other_host})
 
 
-@pytest.mark.parametrize("lang", ["en", "ko"])
-def test_explain_moe_shows_what_each_path_sent_across_hosts(lang, tmp_path):
+def test_explain_moe_shows_what_each_path_sent_across_hosts(tmp_path):
     png, page = tmp_path / "moe.png", tmp_path / "moe.html"
-    run = reshard_cli("explain", "--moe", "--json", "--lang", lang, "--png", str(png), "--html", str(page))
+    run = reshard_cli("explain", "--moe", "--json", "--lang", "ko", "--png", str(png), "--html", str(page))
     assert run.returncode == 0, run.stderr
     facts = json.loads(run.stdout)
     n, hosts, tokens = facts["ranks"], facts["hosts"], facts["tokens_per_rank"]
@@ -139,9 +138,9 @@ def test_explain_moe_shows_what_each_path_sent_across_hosts(lang, tmp_path):
     assert facts["bytes_across"]["hierarchical"] == {"dispatch": once * (row + 16), "combine": once * row}
     assert png.stat().st_size > 10_000
     text = page.read_text(encoding="utf-8")
-    assert ("교환 전" in text) == (lang == "ko") and "rank 3 · host 1" in text
-    words = reshard_cli("explain", "--moe", "--lang", lang).stdout
-    assert ("host 사이" in words) == (lang == "ko") and "A0" in words
+    assert "교환 전" in text and "rank 3 · host 1" in text  # the page's own words in Korean too
+    words = reshard_cli("explain", "--moe", "--top-k", "1").stdout
+    assert "Flat:" in words and "A0" in words and "host 사이" not in words
 
 
 def test_plan_on_hosts_takes_the_calibrated_levels(tmp_path):

@@ -39,7 +39,10 @@ def a2av_batch(draw):
         counts = [draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)) for _ in range(n)]
         trail = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
         cases.append(dict(counts=counts, trail=trail, dtype=draw(st.sampled_from(DTYPES)),
-                          kind=draw(st.sampled_from(["torch", "numpy"]))))
+                          kind=draw(st.sampled_from(["torch", "numpy"])),
+                          # grouped into hosts as a launcher would: two levels must give the same rows
+                          hosts=draw(st.sampled_from([h for h in range(1, n + 1) if n % h == 0])),
+                          algorithm=draw(st.sampled_from(["flat", "hierarchical", "flat"]))))
     return n, cases
 
 

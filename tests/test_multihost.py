@@ -45,6 +45,12 @@ JOB = textwrap.dedent(
             ran = [step.collective for step in rs.last_exchange().steps]
             # auto: on two hosts of two the model keeps to flat (one message saved, one step more)
             assert ran == (two_level if algorithm == "hierarchical" else ["all_to_all"]), (algorithm, ran)
+    # all_to_all_v in two levels: the same rows as flat
+    counts = [(comm.rank + d) % 3 * 50 for d in range(comm.size)]
+    rows = np.arange(sum(counts) * 8, dtype=np.float32).reshape(-1, 8) + 1000 * comm.rank
+    flat_v, got = rs.all_to_all_v(rows, counts, algorithm="flat")
+    two_v, got_two = rs.all_to_all_v(rows, counts, algorithm="hierarchical")
+    assert np.array_equal(flat_v, two_v) and got == got_two
     # cross-host bytes as the plan counts them, against the link's own counter (this host's end)
     dev = os.environ["GLOO_SOCKET_IFNAME"]
     def sent_on_link():

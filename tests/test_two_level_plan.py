@@ -128,3 +128,42 @@ def test_levels_fitted_from_each_level_alone_give_back_its_times(hosts, per_host
     for got, want in zip(level_times(fitted), level_times(truth)):
         assert got == pytest.approx(want, rel=1e-9)
     assert min(fitted.alpha_local, fitted.alpha_link) == 0.0 and fitted.step > 0
+
+
+def _exchange_rows(inputs, members, step_of):
+    """One AllToAllV step among ``members``: member j gets each member's rows for j, in member order."""
+    out = {}
+    for j, r in enumerate(members):
+        pieces = []
+        for i, q in enumerate(members):
+            send, _ = step_of[q].segments[0]
+            pieces.append(_cut(inputs[q], 0, send)[j])
+            assert pieces[-1].shape[0] == step_of[r].segments[0][1][i], (r, q)
+        out[r] = np.concatenate(pieces, axis=0)
+    return out
+
+
+def _reordered(x, step):
+    return np.concatenate([_cut(x, step.dim, step.lengths)[o] for o in step.order], axis=step.dim)
+
+
+@settings(max_examples=100, deadline=None)
+@given(hosts=st.integers(1, 4), per_host=st.integers(1, 4), data=st.data())
+def test_two_level_variable_plan_gives_every_rank_the_flat_rows(hosts, per_host, data):
+    n = hosts * per_host
+    matrix = [[data.draw(st.integers(0, 3)) for _ in range(n)] for _ in range(n)]
+    rows = {r: pattern((sum(matrix[r]), 2), "float64", salt=r + 1) for r in range(n)}
+    plans = {r: planner.all_to_all_v_hierarchical(r, matrix, hosts) for r in range(n)}
+    held = {r: _reordered(rows[r], p.steps[0]) for r, p in plans.items()}
+    inside = {}
+    for h in range(hosts):
+        inside |= _exchange_rows(held, [h * per_host + le for le in range(per_host)],
+                                 {r: p.steps[1].steps[0] for r, p in plans.items()})
+    by_host = {r: _reordered(inside[r], p.steps[2]) for r, p in plans.items()}
+    result = {}
+    for le in range(per_host):
+        result |= _exchange_rows(by_host, [h * per_host + le for h in range(hosts)],
+                                 {r: p.steps[3].steps[0] for r, p in plans.items()})
+    for r in range(n):  # the oracle: each rank's rows for r, in rank order
+        want = np.concatenate([_cut(rows[s], 0, matrix[s])[r] for s in range(n)], axis=0)
+        assert np.array_equal(result[r], want), r

@@ -103,6 +103,7 @@ def all_to_all(
 def all_to_all_v(
     x: Array, send_counts: Sequence[int], comm: Comm | None = None, *,
     recv_counts: Sequence[int] | None = None, check: bool | None = None, async_op: bool = False,
+    algorithm: str = "auto",
 ) -> tuple[Array, list[int]]:
     """Variable-size AllToAll along dim 0: rows ``[sum(send_counts[:j]), +send_counts[j])`` of
     ``x`` go to rank j; what arrives is concatenated in rank order.
@@ -113,6 +114,8 @@ def all_to_all_v(
       send_counts: one int per rank.
       recv_counts: what this rank expects from each rank, when known (e.g. the ``send_counts`` of
         the forward exchange, for the reverse one): checked against what the ranks send it.
+      algorithm: as ``all_to_all``'s: ``"flat"``, ``"hierarchical"`` (two levels over
+        ``comm.hosts``, planned from the counts every rank knows) or ``"auto"``.
 
     Returns:
       ``(received, recv_counts)``: ``received`` is ``[sum_i send_counts_i[r], *F]`` (rank i's rows
@@ -127,12 +130,14 @@ def all_to_all_v(
     """
     if async_op:
         return start_call(
-            "all_to_all_v", lambda: all_to_all_v(x, send_counts, comm, recv_counts=recv_counts, check=check), comm, x)
-    call = Call("all_to_all_v", x, comm, check)
+            "all_to_all_v", lambda: all_to_all_v(x, send_counts, comm, recv_counts=recv_counts, check=check,
+                                                 algorithm=algorithm), comm, x)
+    call = Call("all_to_all_v", x, comm, check, ("algorithm",))
     n = call.size
-    args = call.validate(validate.all_to_all_v, n, send_counts, recv_counts)
+    args = call.validate(validate.all_to_all_v, n, send_counts, recv_counts, algorithm, call.comm.hosts)
     claim = np.zeros(n + 1, dtype=np.int64)  # [whether recv_counts were passed, *recv_counts]
     if args is not None:
+        call.record.args = (validate.ALGORITHMS.index(algorithm),)
         call.record.split_sizes = args[0]
         if args[1] is not None:
             claim[0], claim[1:] = 1, args[1]
@@ -145,6 +150,17 @@ def all_to_all_v(
                          for i in wrong)
         raise MismatchError(f"all_to_all_v: recv_counts disagree with what the ranks send: {said}")
     got = [matrix[i][call.rank] for i in range(n)]
+    hosts, per_host = (validate.hosts_mesh_shape(call.comm.hosts) if algorithm != "flat" and max(call.comm.hosts)
+                       else (1, n))
+    if algorithm == "auto" and hosts > 1:  # the cost model, on what every rank knows alike
+        row = math.prod(call.x.shape[1:]) * call.arrays.itemsize(call.x)
+        algorithm = hosts_plan.cheaper(sum(map(sum, matrix)) * row // n, hosts, per_host)
+    if algorithm == "hierarchical":
+        if call.comm.hosts_mesh is None:  # made once: its sub-communicators are kept with it
+            call.comm.hosts_mesh = Mesh.from_hosts(call.comm)
+        mesh = call.comm.hosts_mesh
+        plan = planner.all_to_all_v_hierarchical(call.rank, matrix, mesh.shape[0])
+        return execute.run(call, x, plan, backward=lambda: plan.reverse(), sub=mesh.sub, mesh_shape=mesh.shape), got
     plan = planner.all_to_all_v(call.rank, n, [(args[0], got)])
     return execute.run(call, x, plan, backward=lambda: plan.reverse()), got
 

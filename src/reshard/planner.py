@@ -105,6 +105,33 @@ def all_to_all_v(rank: int, size: int, segments: Sequence[tuple[Sequence[int], S
     return RankPlan(op, rank, size, (AllToAllV(segs),))
 
 
+def all_to_all_v_hierarchical(rank: int, matrix: Sequence[Sequence[int]], hosts: int) -> RankPlan:
+    """``all_to_all_v`` in two levels over ``hosts`` hosts of ``L`` consecutive ranks
+    (``matrix[s][d]``: rows rank s sends rank d, known to every rank): the rows reordered so that
+    what goes to each local index is one run; an exchange inside the host, after which local rank
+    l holds everything its host sends to local rank l of every host; those rows reordered by
+    destination host; one exchange among the ranks with this local index (one message per
+    remote host). The result is the flat exchange's, row for row."""
+    n = len(matrix)
+    per_host = n // hosts
+    host, local = divmod(rank, per_host)
+    c = [[int(v) for v in row] for row in matrix]
+    dest = [h * per_host + le for le in range(per_host) for h in range(hosts)]  # to local index le, host-major
+    out_inside = [sum(c[rank][h * per_host + le] for h in range(hosts)) for le in range(per_host)]
+    in_inside = [sum(c[host * per_host + le][h * per_host + local] for h in range(hosts)) for le in range(per_host)]
+    # arrived: from each local rank le, its rows for (h, local) in host order; the across
+    # exchange wants them by destination host, then by source local rank
+    blocks = [c[host * per_host + le][h * per_host + local] for le in range(per_host) for h in range(hosts)]
+    by_host = tuple(le * hosts + h for h in range(hosts) for le in range(per_host))
+    out_across = [sum(c[host * per_host + le][h * per_host + local] for le in range(per_host)) for h in range(hosts)]
+    in_across = [sum(c[h * per_host + le][rank] for le in range(per_host)) for h in range(hosts)]
+    steps = (Reorder(0, tuple(c[rank]), tuple(dest)),
+             OnMeshDim(1, "all_to_all_v (inside the host)", (AllToAllV(((tuple(out_inside), tuple(in_inside)),)),)),
+             Reorder(0, tuple(blocks), by_host),
+             OnMeshDim(0, "all_to_all_v (across hosts)", (AllToAllV(((tuple(out_across), tuple(in_across)),)),)))
+    return RankPlan("all_to_all_v", rank, n, steps)
+
+
 def all_gather(rank: int, shapes: Sequence[Shape], dim: int) -> RankPlan:
     lengths = tuple(int(sh[dim]) for sh in shapes)
     return RankPlan("all_gather", rank, len(shapes), (AllGather(dim, lengths, with_dim(shapes[rank], dim, sum(lengths))),))

@@ -126,8 +126,13 @@ def hosts_mesh_shape(hosts: Sequence[int]) -> tuple[int, int]:
     return count, local
 
 
-def all_to_all_v(x: Array, size: int, send_counts: Any, recv_counts: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+def all_to_all_v(x: Array, size: int, send_counts: Any, recv_counts: Any, algorithm: Any = "flat",
+                 hosts: Any = None) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """(send counts, the receive counts the caller expects or None)."""
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise InvalidArgument(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
+    if hosts is not None and (algorithm == "hierarchical" or algorithm == "auto" and max(hosts) > 0):
+        hosts_mesh_shape(hosts)  # the two levels need the same number of consecutive ranks per host
     sent = sizes(send_counts, x.shape[0], size, "send_counts")
     return sent, (counts(recv_counts, size, "recv_counts") if recv_counts is not None else None)
 

@@ -31,6 +31,7 @@ from ..errors import CommTimeout, RankFailed
 from ..steps import AllToAll, ExchangeBoxes
 from .base import CallState, ExchangeRun
 from .mpi_forms import PeerSend, boxes_form, split_form, typed_fits, typed_form, typed_path_may_take
+from .shm import VoteBoard
 
 INT_MAX = 2**31 - 1
 PAIR_TAG = 0x5253  # reshard's point-to-point messages, apart from a user's
@@ -64,6 +65,7 @@ class MPIEngine:
         self.arrays = array_backend("numpy")
         self._types: dict[tuple, Any] = {}
         self.types_epoch = 0  # bumped whenever cached types are freed: plans holding them are stale
+        self._board: Any = None  # the vote's VoteBoard, or False where none can be (made at the first vote)
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
@@ -129,8 +131,20 @@ class MPIEngine:
         """None: MPI moves same-host messages through shared memory itself."""
         return None
 
+    def vote_board(self) -> VoteBoard | None:
+        """Collective on first use (every rank votes at the same call): the check's vote through
+        shared memory where every rank of this communicator shares a host with every other, so
+        a vote is a write and a read of memory (``shm.VoteBoard``); else None (the all-reduce)."""
+        if self._board is None:
+            self._board = VoteBoard.in_memfd(self.rank, self.size, lambda b: self.allgather_bytes(b, "the vote's board"),
+                                             self.timeout) or False
+        return self._board or None
+
     def start_allreduce_max(self, values: Any, what: str) -> Callable[[], np.ndarray]:
         """``allreduce_max`` started; call the result to wait (bounded by the timeout)."""
+        board = self.vote_board() if np.size(values) == 2 else None
+        if board is not None:
+            return board.start(values)
         src = np.array(values, dtype=np.int64)
         out = np.empty_like(src)
         with self._guard(what):
@@ -279,6 +293,9 @@ class MPIEngine:
 
     def close(self) -> None:
         self.free_types()
+        if self._board:
+            self._board.close()
+        self._board = None
         if self.owns and self.mpi_comm != MPI.COMM_NULL:
             with contextlib.suppress(MPI.Exception):
                 self.mpi_comm.Free()

@@ -33,6 +33,7 @@ _TOKEN_BYTES = 16
 # The outbox's first two cache lines: the token, the vote board's two slots of (seq, v0, v1),
 # then the host leader's two result slots of the same form.
 _BOARD_BYTES = 128
+BOARD_WORDS = _BOARD_BYTES // 8  # int64 words of one rank's board
 
 
 def enabled_here() -> bool:
@@ -222,15 +223,67 @@ class VoteBoard:
     (``two_level``; ``across`` is given to the leader):
     one small exchange among one rank per host instead of one among all."""
 
-    def __init__(self, local: LocalPeers, rank: int, timeout: float, two_level: bool = False,
-                 across: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+    def __init__(self, mine: np.ndarray, peers: dict[int, np.ndarray], pids: dict[int, int], rank: int, timeout: float,
+                 two_level: bool = False, across: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        """``mine``: this rank's board (int64, ``_BOARD_BYTES`` of shared memory, written only
+        here); ``peers``: each same-host peer's, read-only; ``pids``: their processes."""
         self.rank, self.timeout, self.two_level, self.across = rank, timeout, two_level, across
-        self.leader = min(rank, *local.peer_fds)
-        self.mine = local.outbox.maps[0][2][:_BOARD_BYTES].numpy().view(np.int64)
-        self.peers = {q: np.frombuffer(mmap.mmap(fd, _BOARD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.int64)
-                      for q, fd in local.peer_fds.items()}
-        self.pids = dict(local.pids)
+        self.mine, self.peers, self.pids = mine, peers, pids
+        self.leader = min(rank, *peers)
         self.seq = 0
+        self.files: list[int] = []  # descriptors the board holds open (its own memory file, its peers')
+
+    @classmethod
+    def in_outboxes(cls, local: LocalPeers, rank: int, timeout: float, two_level: bool = False,
+                    across: Callable[[np.ndarray], np.ndarray] | None = None) -> VoteBoard:
+        """The board in the first lines of this rank's outbox and of its peers' (gloo)."""
+        mine = local.outbox.maps[0][2][:_BOARD_BYTES].numpy().view(np.int64)
+        peers = {q: np.frombuffer(mmap.mmap(fd, _BOARD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.int64)
+                 for q, fd in local.peer_fds.items()}
+        return cls(mine, peers, dict(local.pids), rank, timeout, two_level, across)
+
+    @classmethod
+    def in_memfd(cls, rank: int, size: int, allgather_bytes: Callable[[np.ndarray], np.ndarray],
+                 timeout: float) -> VoteBoard | None:
+        """Collective: a board in a memory file of this rank's own, its peers' opened read-only
+        as outboxes are (numpy only: the MPI engine's); None unless every rank reaches every
+        other on one host."""
+        if size < 2:  # alone: the vote is this rank's own
+            return None
+        offer = enabled_here() and cls.usable_here()
+        card = np.zeros(6, dtype=np.int64)
+        fd, area = -1, None
+        if offer:
+            try:
+                fd = os.memfd_create("reshard-vote", os.MFD_CLOEXEC)
+                os.ftruncate(fd, mmap.PAGESIZE)
+                area = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            except OSError:
+                offer = False
+        mine = np.frombuffer(area, dtype=np.int64, count=BOARD_WORDS) if area is not None else None
+        if offer:
+            mine[:2] = np.frombuffer(os.urandom(_TOKEN_BYTES), dtype=np.int64)
+            card[:] = [1, host_key(), os.getpid(), fd, *mine[:2]]
+        cards = allgather_bytes(card.view(np.uint8)).view(np.int64).reshape(size, 6)
+        peers, fds = {}, []
+        if offer:
+            for q in range(size):
+                if q != rank and cards[q, 0] == 1 and cards[q, 1] == card[1]:
+                    qfd = _open_outbox(int(cards[q, 2]), int(cards[q, 3]), cards[q, 4:6])
+                    if qfd is not None:
+                        fds.append(qfd)
+                        peers[q] = np.frombuffer(mmap.mmap(qfd, _BOARD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ),
+                                                 dtype=np.int64)
+        everyone = np.array([len(peers) == size - 1], dtype=np.uint8)
+        if not allgather_bytes(everyone).all():
+            for qfd in fds:
+                os.close(qfd)
+            if fd >= 0:
+                os.close(fd)
+            return None
+        board = cls(mine, peers, {q: int(cards[q, 2]) for q in peers}, rank, timeout)
+        board.files = [fd, *fds]  # closed with the board
+        return board
 
     @staticmethod
     def usable_here() -> bool:
@@ -291,6 +344,9 @@ class VoteBoard:
 
     def close(self) -> None:
         self.peers.clear()
+        for fd in getattr(self, "files", ()):
+            os.close(fd)
+        self.files = []
 
 
 def _alive(pid: int | None) -> bool:

@@ -93,7 +93,7 @@ class TorchEngine:
         if not cards[:, 0].all() or any((cards[:, 1] == cards[q, 1]).sum() != cards[q, 2] for q in range(self.size)):
             return  # some rank has no board, or the hosts' memberships disagree: the all-reduce votes
         if len(leaders) == 1:
-            self.board = VoteBoard(local, self.rank, self.timeout)
+            self.board = VoteBoard.in_outboxes(local, self.rank, self.timeout)
             return
         with self._guard("new_group"):  # every rank takes part in making the leaders' group
             ranks = [dist.get_global_rank(self.group, r) for r in leaders] if self.group is not dist.group.WORLD else leaders
@@ -105,7 +105,7 @@ class TorchEngine:
                 dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
             return buf.numpy()
 
-        self.board = VoteBoard(local, self.rank, self.timeout, True, across if self.rank in leaders else None)
+        self.board = VoteBoard.in_outboxes(local, self.rank, self.timeout, True, across if self.rank in leaders else None)
 
     def send_buffer(self, count: int, like: Any) -> Any:
         """A 1-D buffer of ``count`` elements like ``like`` for the packed messages of the next
