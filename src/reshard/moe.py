@@ -249,11 +249,13 @@ def _dispatch_hosts(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray
     row_token, routing, across_send, across_recv = moe_hosts.routes(ids, kept, kept_counts, rows_to_host, comm.rank,
                                                                     mesh_shape, per_rank)
     parts: list = []
+    # the routing first: a few bytes a row, across a link that is still idle (behind the tokens
+    # it would wait for their queue to drain)
+    routed = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (routing across hosts)", across, routing,
+                                 [across_send], [across_recv], "moe.dispatch (routing)")
     rows = _take_rows(tokens, row_token)  # the pack: each token once per host it goes to
     arrived = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (across hosts)", across, rows,
                                   [across_send], [across_recv], "moe.dispatch (across hosts)")
-    routed = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (routing across hosts)", across, routing,
-                                 [across_send], [across_recv], "moe.dispatch (routing)")
     pair_at, inside_send = moe_hosts.forward_pairs(routed, mesh_shape[1], per_rank)
     order, inside_recv = moe_hosts.expert_order(kept_counts, comm.rank, mesh_shape, per_rank)
     copies = _take_rows(arrived, pair_at // ids.shape[1])  # the forward: one row per (token, slot) of this host
