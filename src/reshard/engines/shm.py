@@ -329,9 +329,13 @@ class VoteBoard:
                     del waiting[q]
             if waiting:
                 polls += 1
-                if polls > 64:  # a peer is still busy: give it the core
-                    os.sched_yield()
-                    if polls % 4096 == 0:  # now and then: a peer that ended will never vote
+                if polls > 64:  # a peer is still busy: give it the core, then sleep a little
+                    waited = time.monotonic() - start
+                    if waited < 0.002:
+                        os.sched_yield()
+                    else:  # a long wait: spinning would take the core from the ranks being waited for
+                        time.sleep(min(1e-4, waited / 20))
+                    if polls % 256 == 0:  # now and then: a peer that ended will never vote
                         dead = sorted(q for q in waiting if not _alive(self.pids.get(q)))
                         if dead:
                             raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
