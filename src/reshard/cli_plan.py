@@ -57,8 +57,11 @@ def _plan_hosts(args: argparse.Namespace) -> int:
                      f"{r['bytes_inside_per_rank']:,}", f"{r['bytes_per_host_link']:,}", f"{r['estimate_s'] * 1e3:.3f} ms")
     console = make_console()
     console.print(grid)
-    console.print(f"cost model: inside a host {lv['alpha_local_s'] * 1e6:g} us per message and {1 / lv['beta_local_s_per_byte'] / 1e9:g} GB/s "
-                  f"per rank; across, {lv['alpha_link_s'] * 1e6:g} us per message and {1 / lv['beta_link_s_per_byte'] / 1e9:g} GB/s "
+    def rate(beta: float) -> float:  # a fitted level may cost nothing per byte
+        return 1 / beta / 1e9 if beta else float("inf")
+
+    console.print(f"cost model: inside a host {lv['alpha_local_s'] * 1e6:g} us per message and {rate(lv['beta_local_s_per_byte']):g} GB/s "
+                  f"per rank; across, {lv['alpha_link_s'] * 1e6:g} us per message and {rate(lv['beta_link_s_per_byte']):g} GB/s "
                   f"per host link, shared by its ranks; {lv['step_s'] * 1e6:g} us per exchange step")
     return 0
 

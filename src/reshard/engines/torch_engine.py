@@ -226,8 +226,6 @@ class TorchEngine:
 
     def allgather_bytes(self, send: Any, what: str) -> Any:
         """numpy uint8 [L] -> numpy uint8 [size, L]; used for the small check records."""
-        import numpy as np
-
         device = "cuda" if self.name == "nccl" else "cpu"
         src = torch.from_numpy(np.ascontiguousarray(send)).to(device)
         out = torch.empty(self.size * src.numel(), dtype=torch.uint8, device=device)
