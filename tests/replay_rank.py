@@ -225,3 +225,106 @@ def toggled_check(comm):
         st = rs.last_exchange()
         seen.append((st.replayed, st.metadata_exchanges))
     return seen
+
+
+def _stats_fields(result):
+    """What a replay's stats say, besides where it received (compared with the result apart)."""
+    st = rs.last_exchange()
+    ptr = 0 if result is None else (result.ctypes.data if isinstance(result, np.ndarray) else result.data_ptr())
+    into = st.recv_buffer_ptr
+    return (st.op, st.replayed, st.bytes_sent, st.bytes_received, st.allocated_bytes, st.pack_copies,
+            st.unpack_copies, st.metadata_exchanges, tuple(st.steps), "result" if into and into == ptr else bool(into))
+
+
+def hot_replays(comm, kind, calls=4):
+    """Each op that needs nothing from its peers on an unchecked replay, ``calls`` times with
+    new values: per op, per call (correct, stats fields, whether a replay state was built).
+    A replay state (``call._Replaying``) is built on the way to a plan but not on the hot way,
+    which runs the replay made last time; counted by wrapping its ``__init__`` here."""
+    from reshard import call as call_module
+
+    n, r = comm.size, comm.rank
+    made = [0]
+    init = call_module._Replaying.__init__
+
+    def counting(self, *args, **kwargs):
+        made[0] += 1
+        init(self, *args, **kwargs)
+
+    mesh = rs.Mesh((n, 1))
+    out: dict[str, list] = {}
+    call_module._Replaying.__init__ = counting
+    try:
+        for op in ("redistribute", "mesh redistribute", "reduce_scatter", "all_reduce"):
+            out[op] = []
+            for salt in range(calls):
+                full = pattern((4 * n + 1, 3 * n + 2), "float32", salt)
+                rows, cols = balanced(full.shape[0], n), balanced(full.shape[1], n)
+                mine = np.ascontiguousarray(take(full, 0, starts(rows)[r], starts(rows)[r] + rows[r]))
+                x = mine
+                if kind == "torch":
+                    import torch
+
+                    x = torch.from_numpy(mine)
+                mine_cols = take(full, 1, starts(cols)[r], starts(cols)[r] + cols[r])
+                made[0] = 0
+                if op == "redistribute":
+                    got = rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=full.shape, check=False)
+                    want = mine_cols
+                elif op == "mesh redistribute":
+                    got = rs.redistribute(x, [rs.Shard(0), rs.Replicate()], [rs.Shard(1), rs.Replicate()],
+                                          global_shape=full.shape, mesh=mesh, check=False)
+                    want = mine_cols
+                elif op == "reduce_scatter":
+                    got = rs.reduce_scatter(x[: rows[-1]], dim=1, op="max", check=False)
+                    parts = [take(full, 0, starts(rows)[i], starts(rows)[i] + rows[-1]) for i in range(n)]
+                    want = take(np.maximum.reduce(parts), 1, starts(cols)[r], starts(cols)[r] + cols[r])
+                else:
+                    got = rs.all_reduce(x[: rows[-1]], op="max", check=False)
+                    want = np.maximum.reduce([take(full, 0, starts(rows)[i], starts(rows)[i] + rows[-1])
+                                              for i in range(n)])
+                built = made[0]
+                out[op].append((_same(got, want), _stats_fields(got), built))
+    finally:
+        call_module._Replaying.__init__ = init
+    return out
+
+
+def hot_replay_refusals(comm):
+    """After hot replays, calls whose arguments equal the last ones by value but not by kind
+    (a bool or a float for an int), a placement list changed in place, new input, and freed
+    datatypes (MPI). Per call: 'ok' and whether the result is right, or the error's class."""
+    n, r = comm.size, comm.rank
+    full = pattern((2 * n, 4 * n, 1), "float32", 3)  # a length-1 dim: True equals it
+    x = np.ascontiguousarray(take(full, 0, 2 * r, 2 * r + 2))
+    cols = take(full, 1, 4 * r, 4 * r + 4)
+    mesh = rs.Mesh((n, 1))
+    dst = [rs.Shard(1), rs.Replicate()]
+    outcomes = []
+
+    def attempt(name, fn, want):
+        try:
+            got = fn()
+            outcomes.append((name, "ok", _same(got, want)))
+        except rs.ReshardError as exc:
+            outcomes.append((name, type(exc).__name__, str(exc)))
+
+    world = lambda shape: rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=shape, check=False)  # noqa: E731
+    for i in range(3):
+        attempt(f"world {i}", lambda: world((2 * n, 4 * n, 1)), cols)
+    attempt("a float in global_shape", lambda: world((2.0 * n, 4 * n, 1)), cols)
+    attempt("a bool in global_shape", lambda: world((2 * n, 4 * n, True)), cols)
+    attempt("world again", lambda: world((2 * n, 4 * n, 1)), cols)
+    on_mesh = lambda: rs.redistribute(x, [rs.Shard(0), rs.Replicate()], dst, global_shape=full.shape,  # noqa: E731
+                                      mesh=mesh, check=False)
+    for i in range(3):
+        attempt(f"mesh {i}", on_mesh, cols)
+    dst[0] = rs.Replicate()  # the same list, now asking for the whole tensor
+    attempt("mesh, dst changed in place", on_mesh, full)
+    y = x[:, ::-1]  # a view of other strides: a new signature
+    attempt("strided input", lambda: rs.redistribute(y, rs.Shard(0), rs.Shard(1), global_shape=full.shape,
+                                                     check=False), take(full[:, ::-1], 1, 4 * r, 4 * r + 4))
+    if comm.engine == "mpi":
+        comm.adapter.free_types()
+        attempt("world after freed types", lambda: world((2 * n, 4 * n, 1)), cols)
+    return outcomes

@@ -206,3 +206,31 @@ def test_rank_that_dies_before_a_replay_stops_the_others(engine):
     for rank in (0, 2):
         text = info.value.failures.get(rank, "stopped")
         assert any(word in text for word in words), text
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_hot_replays_match_the_oracle_and_report_what_a_replay_reports(engine, kind):
+    # calls 3 and 4 run the replay that call 2 made, without looking the plan up again
+    for rank, by_op in enumerate(rs.spawn(replay_rank.hot_replays, 2, engine=engine, args=(kind,))):
+        for op, calls in by_op.items():
+            assert [ok for ok, _, _ in calls] == [True] * 4, (rank, op, calls)
+            stats = [fields for _, fields, _ in calls]
+            assert [s[1] for s in stats] == [False, True, True, True], (rank, op, stats)  # replayed
+            assert stats[2] == stats[1] and stats[3] == stats[1], (rank, op, stats)
+            assert stats[1][2] + stats[1][3] > 0 and stats[1][7] == 0, (rank, op, stats)  # data moved, no records
+            assert [built for _, _, built in calls][2:] == [0, 0], (rank, op, calls)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_hot_replay_refuses_what_the_full_path_refuses(engine):
+    for rank, outcomes in enumerate(rs.spawn(replay_rank.hot_replay_refusals, 2, engine=engine)):
+        got = {name: rest for name, *rest in outcomes}
+        for name in ("world 0", "world 1", "world 2", "world again", "mesh 0", "mesh 1", "mesh 2",
+                     "mesh, dst changed in place", "strided input", "world after freed types"):
+            if name in got:
+                assert got[name] == ["ok", True], (rank, name, outcomes)
+        for name in ("a float in global_shape", "a bool in global_shape"):
+            kind, message = got[name]
+            assert kind == "InvalidArgument" and "global_shape" in message, (rank, name, outcomes)
+        assert ("world after freed types" in got) == (engine == "mpi"), outcomes

@@ -34,8 +34,11 @@ class Activity:
         self.calls = 0
 
     def enter(self, op: str) -> None:
+        self.enter_code(op_code(op))
+
+    def enter_code(self, code: int) -> None:
+        """``enter`` with the op's code (``op_code``) worked out already."""
         self.calls += 1
-        code = op_code(op)
         slots = self._slots
         slots[0] = self.calls
         slots[1] = code

@@ -17,10 +17,12 @@ records byte for byte instead; any change falls back to the full path with them 
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import operator
 import sys
+import weakref
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,11 +31,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import agreement, handles
+from .activity import op_code
 from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
-from .comm import Comm, current
+from .comm import Comm, current, current_or_none
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .layout import Partial, Replicate, Shard
-from .stats import ExchangeStats, set_last
+from .stats import ExchangeStats, set_last, set_last_replay
 
 Array = Any  # torch.Tensor or numpy.ndarray
 
@@ -112,17 +115,40 @@ def start(op: str, run: Callable[[], Any], comm: Comm | None, x: Any = None) -> 
 
 
 def begin(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
-          arg_names: Sequence[str] = ()) -> tuple[Any, Call | None]:
+          arg_names: Sequence[str] = (), hot_args: tuple | None = None) -> tuple[Any, Call | None]:
     """A collective's start on this rank: ``(result, None)`` where the plan of an earlier call
     with this signature ran (a replay), else ``(MISS, call)``, the ``Call`` that goes on down
     the full path. An unchecked replay that needs nothing from its peers, a training loop's
-    repeated call, runs without building a ``Call`` at all."""
-    done = _replay_alone(op, x, comm, check, args)
+    repeated call, runs without building a ``Call`` at all. ``hot_args`` (default ``args``)
+    are the arguments as the caller got them, for ``replay_hot``; a caller that passes them
+    has tried ``replay_hot`` itself."""
+    if hot_args is None:
+        hot_args = args
+        done = replay_hot(op, x, comm, check, args)
+        if done is not MISS:
+            return done, None
+    done = _replay_alone(op, x, comm, check, args, hot_args)
     if done is not MISS:
         return done, None
     call = Call(op, x, comm, check, arg_names)
     done = call.replay(args)
     return (MISS, call) if done is MISS else (done, None)
+
+
+def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple) -> Any:
+    """The result of this op's last unchecked replay run again, where ``args`` and ``x`` are
+    those it was made for (``HotReplay``), or ``MISS``. The fast path of a training loop: kept
+    to a few attribute reads and comparisons before the engine's call."""
+    if comm is None:
+        comm = current_or_none()
+        if comm is None:
+            return MISS
+    elif type(comm) is not Comm:
+        return MISS  # the full path names the problem
+    hot = comm.replay_cache.hot.get(op)
+    if hot is None or (comm.check if check is None else check) or handles.pending():
+        return MISS
+    return hot(comm, args, x)
 
 
 class _Replaying:
@@ -135,10 +161,10 @@ class _Replaying:
         self.stats = ExchangeStats(op, replayed=True)
 
 
-def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple) -> Any:
+def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple, hot_args: tuple) -> Any:
     """The replay of a plan that exchanges nothing before it runs (check off, every shape
     known when it was made, no autograd), or ``MISS``: what ``Call.replay`` would do for such
-    a plan, without the ``Call``."""
+    a plan, without the ``Call``. It leaves a ``HotReplay`` for the next call with ``hot_args``."""
     if handles.pending():  # after the calls started before this one
         handles.settle()
     comm = current(comm)
@@ -156,7 +182,98 @@ def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
     set_last(state.stats)
     if activity is not None:
         activity.leave()
+    hot = HotReplay.of(op, hot_args, x, comm, plan, state.stats)
+    if hot is not None:
+        comm.replay_cache.hot[op] = hot
     return out.numpy() if plan.numpy_in and out is not None else out
+
+
+def _array_key(x: Any, numpy_in: bool) -> tuple:
+    """What of ``x`` a plan depends on (as ``_signature`` has it), cheaply; ``numpy_in``: the
+    array becomes a tensor, which a read-only one cannot become without a copy."""
+    if type(x) is np.ndarray:
+        return (np.ndarray, x.dtype, x.shape, x.strides, x.flags.writeable if numpy_in else None)
+    return (type(x), x.dtype, x.device, x.shape, x.is_contiguous(), x.requires_grad)
+
+
+def _kinds(args: tuple) -> tuple:
+    """The types of ``args`` and of the items of their sequences: what ``==`` does not see
+    (``True == 1``, ``4.0 == 4``), where the full path refuses a bool or a float."""
+    return tuple([(type(a), *map(type, a)) if type(a) in (tuple, list) else type(a) for a in args])
+
+
+def _owned(value: Any) -> Any:
+    """``value`` as a hot replay keeps it to compare with later calls' arguments: lists copied
+    (a caller may change theirs in place), objects that compare by identity (a mesh) as they
+    are; TypeError for what a plan's key cannot hold (``_plain``)."""
+    kind = type(value)
+    if kind is list:
+        return [_owned(v) for v in value]
+    if kind is tuple:
+        owned = tuple([_owned(v) for v in value])
+        return value if all(a is b for a, b in zip(owned, value)) else owned
+    if kind.__eq__ is not object.__eq__:
+        _plain(value)
+    return value
+
+
+class HotReplay:
+    """An unchecked replay reduced to what runs it: the arguments (by value and kind) and the
+    input it was made for, the plan's step runners, a state they write their counters into,
+    and the stats that every such replay ends with (the same each time: the plan decides them)."""
+
+    __slots__ = ("op_code", "args", "ids", "kinds", "x_key", "runners", "lean", "state", "stats", "numpy_in")
+
+    @classmethod
+    def of(cls, op: str, args: tuple, x: Any, comm: Comm, plan: CachedRun, stats: ExchangeStats) -> HotReplay | None:
+        """The hot form of ``plan``'s replay, or None where ``args`` or ``x`` cannot key one."""
+        runners = getattr(plan.run, "runners", None)
+        if runners is None or not (is_numpy(x) or is_torch(x)):
+            return None
+        try:
+            args = _owned(args)
+        except TypeError:
+            return None
+        hot = cls()
+        hot.args, hot.ids, hot.kinds, hot.x_key = args, tuple(map(id, args)), _kinds(args), _array_key(x, plan.numpy_in)
+        hot.op_code, hot.runners = op_code(op), tuple(run for _, run in runners)
+        # One step that receives into its result, whose counters the stats hold already: its lean form.
+        into = stats.received_into
+        received = type(into) is weakref.ReferenceType and into() is not None
+        hot.lean = getattr(hot.runners[0], "lean", None) if len(hot.runners) == 1 and received else None
+        hot.state, hot.numpy_in = _Replaying(op, comm, plan.arrays), plan.numpy_in
+        hot.stats = copy.copy(stats)  # apart from the one a caller may hold
+        hot.stats.steps = list(stats.steps)
+        return hot
+
+    def __call__(self, comm: Comm, args: tuple, x: Any) -> Any:
+        """The replay's result, or ``MISS`` where ``args`` or ``x`` differ from those it was made for."""
+        x_key = self.x_key
+        if type(x) is not x_key[0] or self.args != args:
+            return MISS
+        if x_key != ((np.ndarray, x.dtype, x.shape, x.strides, x.flags.writeable if self.numpy_in else None)
+                     if x_key[0] is np.ndarray else _array_key(x, self.numpy_in)):  # numpy's inline: the common case
+            return MISS
+        if tuple(map(id, args)) != self.ids and self.kinds != _kinds(args):  # equal, but of other kinds
+            return MISS
+        activity = comm.activity
+        if activity is not None:
+            activity.enter_code(self.op_code)
+        xt = to_torch(x) if self.numpy_in else x
+        lean = self.lean
+        out = None if lean is None else lean(xt)
+        if out is not None:
+            received_into = weakref.ref(out)
+        else:
+            state = self.state
+            state.stats.received_into = 0
+            for run in self.runners:
+                xt = run(state, xt, None)
+            out, received_into = xt, state.stats.received_into
+        set_last_replay(self.stats, received_into)
+        if activity is not None:
+            activity.leave()
+        return out.numpy() if self.numpy_in and out is not None else out
 
 
 class Call:

@@ -127,6 +127,11 @@ def current(comm: Comm | None = None) -> Comm:
     return _current
 
 
+def current_or_none() -> Comm | None:
+    """The communicator rs.init() or rs.spawn made in this process, or None."""
+    return _current
+
+
 def set_current(comm: Comm | None) -> None:
     global _current
     _current = comm

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import execute, planner, validate
-from .call import Call, begin, wants_grad
+from .call import MISS, Call, begin, replay_hot, wants_grad
 from .comm import Comm
 from .errors import MismatchError
 from .layout import Partial, Shard, mesh_region, parse_placements, shard_sizes, unravel
@@ -25,10 +25,14 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
     """``x`` (this rank's part under ``src``) as its part under ``dst``, on ``mesh`` or, with
     ``mesh=None``, on ``comm`` as the mesh ``(N,)`` (one placement each side)."""
     world = mesh is None
-    key = (src, dst, global_shape) if world else (tuple(parse_placements(src)), tuple(parse_placements(dst)),
-                                                   global_shape, mesh.shape, rule)
+    hot_args = (src, dst, global_shape) if world else (src, dst, global_shape, mesh, rule)
+    replayed = replay_hot("redistribute", x, comm if world else mesh.comm, check, hot_args)
+    if replayed is not MISS:
+        return replayed
+    key = hot_args if world else (tuple(parse_placements(src)), tuple(parse_placements(dst)),
+                                  global_shape, mesh.shape, rule)
     replayed, call = begin("redistribute", x, comm if world else mesh.comm, check, key,
-                           ("src", "dst") if world else ("src", "dst", "mesh"))
+                           ("src", "dst") if world else ("src", "dst", "mesh"), hot_args)
     if call is None:
         return replayed
     mesh_shape = (call.size,) if world else mesh.shape

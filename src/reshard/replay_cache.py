@@ -16,6 +16,7 @@ class ReplayCache:
     def __init__(self, max_plans: int = PLANS_MAX, max_bytes: int = PLANS_BYTES) -> None:
         self.max_plans, self.max_bytes = max_plans, max_bytes
         self._plans: dict[tuple, Any] = {}
+        self.hot: dict[str, Any] = {}  # op -> its last unchecked replay, ready to run again (call.HotReplay)
 
     def get(self, key: tuple) -> Any:
         return self._plans.get(key)
@@ -23,11 +24,12 @@ class ReplayCache:
     def put(self, key: tuple, plan: Any, record_bytes: int) -> None:
         """Keep ``plan``; when full (in count, or in records of ``record_bytes`` each), start over."""
         if len(self._plans) >= max(4, min(self.max_plans, self.max_bytes // max(1, record_bytes))):
-            self._plans.clear()
+            self.clear()
         self._plans[key] = plan
 
     def clear(self) -> None:
         self._plans.clear()
+        self.hot.clear()
 
     def __len__(self) -> int:
         return len(self._plans)

@@ -6,6 +6,7 @@ one ``ExchangeStats`` per call.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -48,6 +49,16 @@ class ExchangeStats:
         buffer = into()
         return 0 if buffer is None else data_ptr(buffer)
 
+    @property
+    def received_into(self) -> Any:
+        """Where the engine wrote what it received, as noted: an address, or a weak reference
+        to the result (``received_into_result``)."""
+        return self._received_into
+
+    @received_into.setter
+    def received_into(self, into: Any) -> None:
+        self._received_into = into
+
     def received_at(self, address: int) -> None:
         self._received_into = address
 
@@ -64,12 +75,27 @@ class ExchangeStats:
         self.steps.append(ExecutedStep(collective, self.bytes_sent - started[0], self.bytes_received - started[1]))
 
 
-_last: ExchangeStats | None = None
+_last: ExchangeStats | tuple | None = None  # a tuple: a hot replay's, made into stats when read
 
 
 def last_exchange() -> ExchangeStats | None:
     """Stats of the most recent collective on this process (None before the first)."""
+    global _last
+    if type(_last) is tuple:
+        template, received_into = _last
+        made = copy.copy(template)
+        made.steps = list(template.steps)
+        made._received_into = received_into
+        _last = made
     return _last
+
+
+def set_last_replay(template: ExchangeStats, received_into: Any) -> None:
+    """The last collective was a replay that ended as ``template`` did, its result received
+    into ``received_into`` (see ``ExchangeStats._received_into``): the stats are made only
+    when read, so a training loop's replay allocates none."""
+    global _last
+    _last = (template, received_into)
 
 
 def set_last(stats: ExchangeStats) -> None:
