@@ -121,6 +121,19 @@ JOB = textwrap.dedent(
         f.write(" ".join(str(q) for q in sorted(local.peers)) if local else "")
     with open(f"{sys.argv[1]}/link{comm.rank}", "w") as f:
         f.write(repr(link))
+    # a rank that ends: every rank, on either host, names it at the next checked call's vote
+    for _ in range(2):
+        rs.all_to_all(y, 0, 1, check=True)
+    comm.barrier()
+    if comm.rank == 3:
+        os._exit(0)
+    try:
+        rs.all_to_all(y, 0, 1, check=True)
+        outcome = "no error"
+    except rs.ReshardError as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    with open(f"{sys.argv[1]}/gone{comm.rank}", "w") as f:
+        f.write(outcome)
     comm.close()
     """
 )
@@ -198,6 +211,12 @@ def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
     # shared memory joins the two ranks of each host (comm.hosts agrees), never ranks of different hosts
     peers = {r: (tmp_path / f"rank{r}").read_text() for r in range(4)}
     assert peers == {0: "1", 1: "0", 2: "3", 3: "2"}, peers
+
+    # rank 3 ended: its host's lowest rank saw it, and the other host learned its name through
+    # the leaders' all-reduce of the vote
+    for r in range(3):
+        outcome = (tmp_path / f"gone{r}").read_text()
+        assert outcome.startswith("RankFailed") and "rank 3 gone" in outcome, (r, outcome)
 
     # each host's ranks counted what they sent across: the veth's own counter agrees within 5%
     # (TCP/IP and gloo's framing aside); the two-level form sends one message per remote host

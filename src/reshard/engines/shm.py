@@ -31,9 +31,11 @@ _ALIGN = 64  # every message starts on a cache line
 SMALLEST: int = settings.BY_NAME["RESHARD_SHM_MIN_BYTES"].default
 _TOKEN_BYTES = 16
 # The outbox's first two cache lines: the token, the vote board's two slots of (seq, v0, v1),
-# then the host leader's two result slots of the same form.
+# then the host leader's two result slots of (seq, v0, v1, note): what it learned of the vote.
 _BOARD_BYTES = 128
 BOARD_WORDS = _BOARD_BYTES // 8  # int64 words of one rank's board
+_GONE = 1 << 32  # a leader's note: rank (note & 0xFFFFFFFF) - 1 of its host ended
+_LEADERS_FAILED = 1 << 33  # a leader's note: its all-reduce with the other hosts' leaders failed
 
 
 def enabled_here() -> bool:
@@ -300,26 +302,53 @@ class VoteBoard:
         self.mine[at] = seq  # last: a peer that reads this number finds the values beside it
 
         def finish() -> np.ndarray:
-            if not self.two_level or self.rank == self.leader:
+            if not self.two_level:
                 best = vote.copy()
                 for board in self._wait_for(self.peers, at, seq):
                     np.maximum(best, board[at + 1 : at + 3], out=best)
-                if not self.two_level:
-                    return best
-                best = np.asarray(self.across(best), dtype=np.int64)  # the hosts' leaders
-                res = 8 + 3 * (seq % 2)
-                self.mine[res + 1 : res + 3] = best
-                self.mine[res] = seq
                 return best
-            res = 8 + 3 * (seq % 2)
-            board = next(iter(self._wait_for({self.leader: self.peers[self.leader]}, res, seq)))
-            return board[res + 1 : res + 3].copy()
+            res = 8 + 4 * (seq % 2)
+            if self.rank != self.leader:
+                board = next(iter(self._wait_for({self.leader: self.peers[self.leader]}, res, seq)))
+                result, note = board[res + 1 : res + 3].copy(), int(board[res + 3])
+                self._raise_noted(note)
+                return result
+            # The host's leader: its host's votes, then the other hosts' through their leaders.
+            # A local rank found gone is noted in the leaders' all-reduce, so every host names it.
+            best, gone = vote.copy(), []
+            for board in self._wait_for(self.peers, at, seq, gone):
+                np.maximum(best, board[at + 1 : at + 3], out=best)
+            note = _GONE | (min(gone) + 1) if gone else 0
+            try:
+                reduced = np.asarray(self.across(np.array([*best, note], dtype=np.int64)), dtype=np.int64)
+            except Exception:
+                self._publish(res, seq, best, _LEADERS_FAILED)  # its host's ranks learn why no result comes
+                raise
+            self._publish(res, seq, reduced[:2], int(reduced[2]))
+            self._raise_noted(int(reduced[2]))
+            return reduced[:2].copy()
 
         return finish
 
-    def _wait_for(self, boards: dict[int, np.ndarray], at: int, seq: int) -> list[np.ndarray]:
-        """Each of ``boards`` once its slot at ``at`` carries ``seq``; bounded by the timeout,
-        and a peer whose process ended is named at once."""
+    def _publish(self, res: int, seq: int, values: np.ndarray, note: int) -> None:
+        """The leader's result for its host: the values and the note, then (last) the number."""
+        self.mine[res + 1 : res + 3] = values
+        self.mine[res + 3] = note
+        self.mine[res] = seq
+
+    def _raise_noted(self, note: int) -> None:
+        """The error a leader's note stands for, on this rank (nothing for no note)."""
+        if note & _LEADERS_FAILED:
+            raise RankFailed(f"rank {self.rank}: the check's vote among the hosts' lowest ranks failed "
+                             f"(seen by rank {self.leader}, this host's lowest): a rank of another host may have ended")
+        if note & _GONE:
+            raise RankFailed(f"rank {self.rank}: the check's vote found rank {(note & 0xFFFFFFFF) - 1} gone "
+                             "(its process ended; seen by the lowest rank of its host)")
+
+    def _wait_for(self, boards: dict[int, np.ndarray], at: int, seq: int, gone: list[int] | None = None) -> list[np.ndarray]:
+        """Each of ``boards`` once its slot at ``at`` carries ``seq``; bounded by the timeout.
+        A peer whose process ended is named at once, or, with ``gone`` given, put there and
+        the wait ends with the boards ready so far."""
         waiting, ready = dict(boards), []
         start, polls = time.monotonic(), 0
         while waiting:
@@ -337,6 +366,9 @@ class VoteBoard:
                         time.sleep(min(1e-4, waited / 20))
                     if polls % 256 == 0:  # now and then: a peer that ended will never vote
                         dead = sorted(q for q in waiting if not _alive(self.pids.get(q)))
+                        if dead and gone is not None:
+                            gone.extend(dead)
+                            return ready
                         if dead:
                             raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
                                              f"{', '.join(map(str, dead))} gone (their process ended)")

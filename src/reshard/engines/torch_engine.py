@@ -99,9 +99,11 @@ class TorchEngine:
             ranks = [dist.get_global_rank(self.group, r) for r in leaders] if self.group is not dist.group.WORLD else leaders
             group = dist.new_group(ranks, timeout=datetime.timedelta(seconds=self.timeout))
 
+        what = f"the check's vote among the hosts' lowest ranks ({', '.join(map(str, leaders))})"
+
         def across(values: np.ndarray) -> np.ndarray:
             buf = torch.from_numpy(np.array(values, dtype=np.int64))
-            with self._guard("the check's vote among the hosts' leaders"):
+            with self._guard(what):
                 dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
             return buf.numpy()
 
