@@ -3,6 +3,7 @@ forwarder and the hosts' rows at home (the two-level path, ``reshard.moe_hosts``
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,27 @@ import numpy as np
 from .arrays import array_backend, is_torch
 
 Array = Any
+
+
+def torch_view(a: Array) -> Any:
+    """A numpy array as a tensor over the same memory, where torch is loaded already and takes
+    it (writeable, a dtype torch has), for its single-pass row gathers and scatters; else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(a, np.ndarray) or not a.flags.writeable or a.ndim == 0:
+        return None
+    try:
+        return torch.from_numpy(a)
+    except (TypeError, ValueError):  # a dtype torch lacks, a negative stride
+        return None
+
+
+def _fast_torch(back: Array, weights: Array | None) -> bool:
+    """Whether the rows can be summed in place (no autograd tape to keep)."""
+    import torch
+
+    if not torch.is_grad_enabled():
+        return True
+    return not back.requires_grad and not (is_torch(weights) and weights.requires_grad)
 
 
 def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
@@ -96,6 +118,9 @@ def host_sums(back: Array, pair_at: np.ndarray, top_k: int, held: int, weights: 
     trail = tuple(back.shape[1:])
     ones = (1,) * len(trail)
     written = np.zeros(held, dtype=bool)
+    as_tensor = None if is_torch(back) else torch_view(back)
+    if as_tensor is not None or is_torch(back) and _fast_torch(back, weights):
+        return _host_sums_in_place(back, as_tensor, rows, slot, top_k, held, weights)
     if is_torch(back):
         import torch
 
@@ -129,6 +154,52 @@ def host_sums(back: Array, pair_at: np.ndarray, top_k: int, held: int, weights: 
     return out if floating else out.astype(back.dtype)
 
 
+def _host_sums_in_place(back: Array, as_tensor: Any, rows: np.ndarray, slot: np.ndarray, top_k: int, held: int,
+                        weights: Array | None) -> Array:
+    """``host_sums`` off the autograd tape, with torch's in-place row ops (one pass each): a
+    row's first slot on this host copied (weighted), the later ones added, in slot order.
+    ``as_tensor``: ``back`` as a tensor where it is a numpy array (the result is numpy then)."""
+    import torch
+
+    src = back if as_tensor is None else as_tensor
+    floating = src.dtype.is_floating_point or src.dtype.is_complex
+    wide = src.dtype if floating else (torch.float64 if weights is not None else torch.int64)
+    trail = tuple(src.shape[1:])
+    ones = (1,) * len(trail)
+    if as_tensor is not None and floating:
+        out_np = np.zeros((held, *trail), dtype=back.dtype)
+        out = torch.from_numpy(out_np)
+    else:
+        out_np, out = None, torch.zeros((held, *trail), dtype=wide, device=src.device)
+    w = None
+    if weights is not None:
+        w = weights if is_torch(weights) else torch.from_numpy(np.ascontiguousarray(weights))
+    written = np.zeros(held, dtype=bool)
+    for j in range(top_k):
+        sel = np.flatnonzero(slot == j)
+        if not sel.size:
+            continue
+        first = ~written[rows[sel]]
+        for pick, add in ((sel[first], False), (sel[~first], True)):
+            if not pick.size:
+                continue
+            index = torch.from_numpy(rows[pick]).to(src.device)
+            part = torch.index_select(src, 0, torch.from_numpy(pick).to(src.device))
+            if part.dtype != wide:
+                part = part.to(wide)
+            if w is not None:
+                part.mul_(w[:, j].index_select(0, index.to(w.device)).to(wide).reshape(-1, *ones))
+            if add:
+                out.index_add_(0, index, part)
+            else:
+                out.index_copy_(0, index, part)
+        written[rows[sel]] = True
+    if out_np is not None:
+        return out_np
+    result = out if floating else out.to(src.dtype)
+    return result.numpy() if as_tensor is not None else result
+
+
 def sum_over_hosts(back: Array, row_token: np.ndarray, num_tokens: int) -> Array:
     """``[T, *F]``: each token's rows (one per host it went to; rows are host-major, so each
     host's are a run with distinct tokens) added in host order; a token with none gives zeros,
@@ -136,6 +207,19 @@ def sum_over_hosts(back: Array, row_token: np.ndarray, num_tokens: int) -> Array
     trail = tuple(back.shape[1:])
     runs = np.flatnonzero(np.diff(row_token) <= 0) + 1  # a host's run ends where the token order restarts
     bounds = [0, *runs.tolist(), row_token.size]
+    as_tensor = None if is_torch(back) else torch_view(back)
+    if as_tensor is not None and back.dtype.kind in "fc":  # in place, one pass a run
+        import torch
+
+        out = np.zeros((num_tokens, *trail), dtype=back.dtype)
+        target = torch.from_numpy(out)
+        for a, b in zip(bounds, bounds[1:]):
+            index = torch.from_numpy(np.ascontiguousarray(row_token[a:b], dtype=np.int64))
+            if a == 0:
+                target.index_copy_(0, index, as_tensor[a:b])
+            else:
+                target.index_add_(0, index, as_tensor[a:b])
+        return out
     if is_torch(back):
         import torch
 
