@@ -41,6 +41,7 @@ from .stats import ExchangeStats, set_last, set_last_replay
 Array = Any  # torch.Tensor or numpy.ndarray
 
 MISS = object()
+_weak_ref = weakref.ref  # bound once: the hot replay takes one per call
 T = TypeVar("T")
 _DIGEST_BITS = 47  # a vote: the op's 16-bit code, then the digest of the plan's records
 _DIGEST_MASK = (1 << _DIGEST_BITS) - 1
@@ -248,22 +249,24 @@ class HotReplay:
 
     def __call__(self, comm: Comm, args: tuple, x: Any) -> Any:
         """The replay's result, or ``MISS`` where ``args`` or ``x`` differ from those it was made for."""
-        x_key = self.x_key
+        x_key, numpy_in = self.x_key, self.numpy_in
         if type(x) is not x_key[0] or self.args != args:
             return MISS
-        if x_key != ((np.ndarray, x.dtype, x.shape, x.strides, x.flags.writeable if self.numpy_in else None)
-                     if x_key[0] is np.ndarray else _array_key(x, self.numpy_in)):  # numpy's inline: the common case
+        if x_key[0] is np.ndarray and not numpy_in:  # the common case, compared field by field
+            if x.shape != x_key[2] or x.strides != x_key[3] or x.dtype != x_key[1]:
+                return MISS
+        elif x_key != _array_key(x, numpy_in):
             return MISS
         if tuple(map(id, args)) != self.ids and self.kinds != _kinds(args):  # equal, but of other kinds
             return MISS
         activity = comm.activity
         if activity is not None:
             activity.enter_code(self.op_code)
-        xt = to_torch(x) if self.numpy_in else x
+        xt = to_torch(x) if numpy_in else x
         lean = self.lean
         out = None if lean is None else lean(xt)
         if out is not None:
-            received_into = weakref.ref(out)
+            received_into = _weak_ref(out)
         else:
             state = self.state
             state.stats.received_into = 0
@@ -273,7 +276,7 @@ class HotReplay:
         set_last_replay(self.stats, received_into)
         if activity is not None:
             activity.leave()
-        return out.numpy() if self.numpy_in and out is not None else out
+        return out.numpy() if numpy_in and out is not None else out
 
 
 class Call:
