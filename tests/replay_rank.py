@@ -328,3 +328,33 @@ def hot_replay_refusals(comm):
         comm.adapter.free_types()
         attempt("world after freed types", lambda: world((2 * n, 4 * n, 1)), cols)
     return outcomes
+
+
+def alternating_hot_replays(comm):
+    """A loop alternating two signatures (a change and its way back), unchecked: per call
+    (correct, replay states built). Both stay hot: neither pushes the other out."""
+    from reshard import call as call_module
+
+    n, r = comm.size, comm.rank
+    full = pattern((3 * n + 1, 2 * n + 3), "float32", 5)
+    rows, cols = balanced(full.shape[0], n), balanced(full.shape[1], n)
+    x = np.ascontiguousarray(take(full, 0, starts(rows)[r], starts(rows)[r] + rows[r]))
+    y = np.ascontiguousarray(take(full, 1, starts(cols)[r], starts(cols)[r] + cols[r]))
+    made = [0]
+    init = call_module._Replaying.__init__
+
+    def counting(self, *args, **kwargs):
+        made[0] += 1
+        init(self, *args, **kwargs)
+
+    call_module._Replaying.__init__ = counting
+    outcomes = []
+    try:
+        for _ in range(5):
+            made[0] = 0
+            forth = rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=full.shape, check=False)
+            back = rs.redistribute(y, rs.Shard(1), rs.Shard(0), global_shape=full.shape, check=False)
+            outcomes.append((_same(forth, y), _same(back, x), made[0]))
+    finally:
+        call_module._Replaying.__init__ = init
+    return outcomes

@@ -234,3 +234,11 @@ def test_hot_replay_refuses_what_the_full_path_refuses(engine):
             kind, message = got[name]
             assert kind == "InvalidArgument" and "global_shape" in message, (rank, name, outcomes)
         assert ("world after freed types" in got) == (engine == "mpi"), outcomes
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_loop_alternating_two_signatures_keeps_both_hot(engine):
+    for rank, outcomes in enumerate(rs.spawn(replay_rank.alternating_hot_replays, 3, engine=engine)):
+        assert all(forth and back for forth, back, _ in outcomes), (rank, outcomes)
+        # the first round plans, the second replays (and leaves both hot), the rest build nothing
+        assert [built for _, _, built in outcomes][2:] == [0, 0, 0], (rank, outcomes)

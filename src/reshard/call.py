@@ -137,8 +137,8 @@ def begin(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
 
 
 def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple) -> Any:
-    """The result of this op's last unchecked replay run again, where ``args`` and ``x`` are
-    those it was made for (``HotReplay``), or ``MISS``. The fast path of a training loop: kept
+    """The result of one of this op's last unchecked replays run again, where ``args`` and
+    ``x`` are those it was made for (``HotReplay``), or ``MISS``. The fast path of a training loop: kept
     to a few attribute reads and comparisons before the engine's call."""
     if comm is None:
         comm = current_or_none()
@@ -146,10 +146,14 @@ def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tup
             return MISS
     elif type(comm) is not Comm:
         return MISS  # the full path names the problem
-    hot = comm.replay_cache.hot.get(op)
-    if hot is None or (comm.check if check is None else check) or handles.pending():
+    kept = comm.replay_cache.hot.get(op)
+    if kept is None or (comm.check if check is None else check) or handles.pending():
         return MISS
-    return hot(comm, args, x)
+    for hot in kept:  # newest first; a loop alternating a few signatures finds each here
+        out = hot(comm, args, x)
+        if out is not MISS:
+            return out
+    return MISS
 
 
 class _Replaying:
@@ -185,7 +189,7 @@ def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
         activity.leave()
     hot = HotReplay.of(op, hot_args, x, comm, plan, state.stats)
     if hot is not None:
-        comm.replay_cache.hot[op] = hot
+        comm.replay_cache.keep_hot(op, hot)
     return out.numpy() if plan.numpy_in and out is not None else out
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 PLANS_MAX = 256  # signatures kept per communicator
 PLANS_BYTES = 64 << 20  # records kept (N records of about N ints each per plan)
+HOT_PER_OP = 4  # hot replays kept per op: a loop may alternate a few signatures (forward, backward)
 
 
 class ReplayCache:
@@ -16,7 +17,7 @@ class ReplayCache:
     def __init__(self, max_plans: int = PLANS_MAX, max_bytes: int = PLANS_BYTES) -> None:
         self.max_plans, self.max_bytes = max_plans, max_bytes
         self._plans: dict[tuple, Any] = {}
-        self.hot: dict[str, Any] = {}  # op -> its last unchecked replay, ready to run again (call.HotReplay)
+        self.hot: dict[str, list] = {}  # op -> its last unchecked replays, newest first (call.HotReplay)
 
     def get(self, key: tuple) -> Any:
         return self._plans.get(key)
@@ -26,6 +27,12 @@ class ReplayCache:
         if len(self._plans) >= max(4, min(self.max_plans, self.max_bytes // max(1, record_bytes))):
             self.clear()
         self._plans[key] = plan
+
+    def keep_hot(self, op: str, hot: Any) -> None:
+        """``hot`` first among ``op``'s hot replays; the oldest beyond ``HOT_PER_OP`` dropped."""
+        kept = self.hot.setdefault(op, [])
+        kept.insert(0, hot)
+        del kept[HOT_PER_OP:]
 
     def clear(self) -> None:
         self._plans.clear()
