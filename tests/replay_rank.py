@@ -239,13 +239,13 @@ def _stats_fields(result):
 def hot_replays(comm, kind, calls=4):
     """Each op that needs nothing from its peers on an unchecked replay, ``calls`` times with
     new values: per op, per call (correct, stats fields, whether a replay state was built).
-    A replay state (``call._Replaying``) is built on the way to a plan but not on the hot way,
+    A replay state (``hot_replay.ReplayState``) is built on the way to a plan but not on the hot way,
     which runs the replay made last time; counted by wrapping its ``__init__`` here."""
-    from reshard import call as call_module
+    from reshard import hot_replay
 
     n, r = comm.size, comm.rank
     made = [0]
-    init = call_module._Replaying.__init__
+    init = hot_replay.ReplayState.__init__
 
     def counting(self, *args, **kwargs):
         made[0] += 1
@@ -253,7 +253,7 @@ def hot_replays(comm, kind, calls=4):
 
     mesh = rs.Mesh((n, 1))
     out: dict[str, list] = {}
-    call_module._Replaying.__init__ = counting
+    hot_replay.ReplayState.__init__ = counting
     try:
         for op in ("redistribute", "mesh redistribute", "reduce_scatter", "all_reduce"):
             out[op] = []
@@ -286,7 +286,7 @@ def hot_replays(comm, kind, calls=4):
                 built = made[0]
                 out[op].append((_same(got, want), _stats_fields(got), built))
     finally:
-        call_module._Replaying.__init__ = init
+        hot_replay.ReplayState.__init__ = init
     return out
 
 
@@ -333,7 +333,7 @@ def hot_replay_refusals(comm):
 def alternating_hot_replays(comm):
     """A loop alternating two signatures (a change and its way back), unchecked: per call
     (correct, replay states built). Both stay hot: neither pushes the other out."""
-    from reshard import call as call_module
+    from reshard import hot_replay
 
     n, r = comm.size, comm.rank
     full = pattern((3 * n + 1, 2 * n + 3), "float32", 5)
@@ -341,13 +341,13 @@ def alternating_hot_replays(comm):
     x = np.ascontiguousarray(take(full, 0, starts(rows)[r], starts(rows)[r] + rows[r]))
     y = np.ascontiguousarray(take(full, 1, starts(cols)[r], starts(cols)[r] + cols[r]))
     made = [0]
-    init = call_module._Replaying.__init__
+    init = hot_replay.ReplayState.__init__
 
     def counting(self, *args, **kwargs):
         made[0] += 1
         init(self, *args, **kwargs)
 
-    call_module._Replaying.__init__ = counting
+    hot_replay.ReplayState.__init__ = counting
     outcomes = []
     try:
         for _ in range(5):
@@ -356,5 +356,5 @@ def alternating_hot_replays(comm):
             back = rs.redistribute(y, rs.Shard(1), rs.Shard(0), global_shape=full.shape, check=False)
             outcomes.append((_same(forth, y), _same(back, x), made[0]))
     finally:
-        call_module._Replaying.__init__ = init
+        hot_replay.ReplayState.__init__ = init
     return outcomes

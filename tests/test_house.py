@@ -28,6 +28,7 @@ LAYERS = [
     ["engines.torch_engine", "engines.mpi_engine", "engines"],
     ["comm"],
     ["mesh"],
+    ["hot_replay"],
     ["call", "step_runs", "autograd"],
     ["execute"],
     ["relayout"],

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from . import execute, hosts_plan, planner, relayout, validate
-from .call import MISS, Call, begin, replay_hot
+from .call import Call, begin
 from .call import start as start_call
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
+from .hot_replay import MISS, replay_hot
 from .layout import REDUCE_OPS, Shard, normalize_dim, shard_sizes
 from .mesh import Mesh
 from .stats import ExchangeStats, last_exchange

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import execute, planner, validate
-from .call import MISS, Call, begin, replay_hot, wants_grad
+from .call import Call, begin, wants_grad
 from .comm import Comm
 from .errors import MismatchError
+from .hot_replay import MISS, replay_hot
 from .layout import Partial, Shard, mesh_region, parse_placements, shard_sizes, unravel
 from .mesh import Mesh
 

@@ -17,7 +17,7 @@ class ReplayCache:
     def __init__(self, max_plans: int = PLANS_MAX, max_bytes: int = PLANS_BYTES) -> None:
         self.max_plans, self.max_bytes = max_plans, max_bytes
         self._plans: dict[tuple, Any] = {}
-        self.hot: dict[str, list] = {}  # op -> its last unchecked replays, newest first (call.HotReplay)
+        self.hot: dict[str, list] = {}  # op -> its last unchecked replays, newest first (hot_replay.HotReplay)
 
     def get(self, key: tuple) -> Any:
         return self._plans.get(key)

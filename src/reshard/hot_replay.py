@@ -1,0 +1,168 @@
+"""Hot replays: a training loop's repeated unchecked call, run again at once.
+
+An unchecked replay that needs nothing from its peers (``call``) leaves a ``HotReplay`` on its
+communicator's replay cache, the last four per op. A later call of that op whose arguments
+equal its ones by value and by kind, on an input of the same type, dtype, shape and strides,
+runs the plan's step runners straight away: no signature is built, no plan looked up, and the
+stats are the replay's own (the plan decides them), made when ``rs.last_exchange()`` reads
+them. Anything else is a ``MISS`` and takes the full path.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+import weakref
+from typing import Any
+
+import numpy as np
+
+from . import handles
+from .activity import op_code
+from .arrays import is_numpy, is_torch, to_torch
+from .comm import Comm, current_or_none
+from .layout import Partial, Replicate, Shard
+from .stats import ExchangeStats, set_last_replay
+
+MISS = object()  # no result: the call goes on down the full path
+_weak_ref = weakref.ref  # bound once: a hot replay takes one per call
+
+
+def plain_key(value: Any) -> Any:
+    """``value`` as a key part: plain ints, strings, placements, None and tuples/lists of them
+    (bools tagged, so True and 1 differ; numpy's integers as the int they stand for);
+    TypeError for anything else (no replay then). Runs on every replay: kept cheap."""
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return value
+    if kind is tuple or kind is list:
+        return (kind, tuple([v if type(v) is int else plain_key(v) for v in value]))
+    if kind is Shard and type(value.dim) is int:  # placements by their fields: cheap to hash
+        return (Shard, value.dim)
+    if kind is Partial:
+        return (Partial, value.op)
+    if kind is Replicate or kind is bool:
+        return (kind, value)
+    if hasattr(kind, "__index__") and kind.__name__ != "bool_":
+        return operator.index(value)  # numpy's integers: the int they stand for
+    raise TypeError(kind)
+
+
+class ReplayState:
+    """What a replayed plan's steps read of their call (``engines.base.CallState``), and no more."""
+
+    __slots__ = ("op", "rank", "size", "arrays", "adapter", "stats")
+
+    def __init__(self, op: str, comm: Comm, arrays: Any):
+        self.op, self.rank, self.size, self.arrays, self.adapter = op, comm.rank, comm.size, arrays, comm.adapter
+        self.stats = ExchangeStats(op, replayed=True)
+
+
+def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple) -> Any:
+    """The result of one of this op's last unchecked replays run again, where ``args`` and
+    ``x`` are those it was made for (``HotReplay``), or ``MISS``: a few attribute reads and
+    comparisons before the engine's call."""
+    if comm is None:
+        comm = current_or_none()
+        if comm is None:
+            return MISS
+    elif type(comm) is not Comm:
+        return MISS  # the full path names the problem
+    kept = comm.replay_cache.hot.get(op)
+    if kept is None or (comm.check if check is None else check) or handles.pending():
+        return MISS
+    for hot in kept:  # newest first; a loop alternating a few signatures finds each here
+        out = hot(comm, args, x)
+        if out is not MISS:
+            return out
+    return MISS
+
+
+def _array_key(x: Any, numpy_in: bool) -> tuple:
+    """What of ``x`` a plan depends on (as ``_signature`` has it), cheaply; ``numpy_in``: the
+    array becomes a tensor, which a read-only one cannot become without a copy."""
+    if type(x) is np.ndarray:
+        return (np.ndarray, x.dtype, x.shape, x.strides, x.flags.writeable if numpy_in else None)
+    return (type(x), x.dtype, x.device, x.shape, x.is_contiguous(), x.requires_grad)
+
+
+def _kinds(args: tuple) -> tuple:
+    """The types of ``args`` and of the items of their sequences: what ``==`` does not see
+    (``True == 1``, ``4.0 == 4``), where the full path refuses a bool or a float."""
+    return tuple([(type(a), *map(type, a)) if type(a) in (tuple, list) else type(a) for a in args])
+
+
+def _owned(value: Any) -> Any:
+    """``value`` as a hot replay keeps it to compare with later calls' arguments: lists copied
+    (a caller may change theirs in place), objects that compare by identity (a mesh) as they
+    are; TypeError for what a plan's key cannot hold (``plain_key``)."""
+    kind = type(value)
+    if kind is list:
+        return [_owned(v) for v in value]
+    if kind is tuple:
+        owned = tuple([_owned(v) for v in value])
+        return value if all(a is b for a, b in zip(owned, value)) else owned
+    if kind.__eq__ is not object.__eq__:
+        plain_key(value)
+    return value
+
+
+class HotReplay:
+    """An unchecked replay reduced to what runs it: the arguments (by value and kind) and the
+    input it was made for, the plan's step runners, a state they write their counters into,
+    and the stats that every such replay ends with (the same each time: the plan decides them)."""
+
+    __slots__ = ("op_code", "args", "ids", "kinds", "x_key", "runners", "lean", "state", "stats", "numpy_in")
+
+    @classmethod
+    def of(cls, op: str, args: tuple, x: Any, comm: Comm, plan: Any, stats: ExchangeStats) -> HotReplay | None:
+        """The hot form of ``plan``'s replay, or None where ``args`` or ``x`` cannot key one."""
+        runners = getattr(plan.run, "runners", None)
+        if runners is None or not (is_numpy(x) or is_torch(x)):
+            return None
+        try:
+            args = _owned(args)
+        except TypeError:
+            return None
+        hot = cls()
+        hot.args, hot.ids, hot.kinds, hot.x_key = args, tuple(map(id, args)), _kinds(args), _array_key(x, plan.numpy_in)
+        hot.op_code, hot.runners = op_code(op), tuple(run for _, run in runners)
+        # One step that receives into its result, whose counters the stats hold already: its lean form.
+        into = stats.received_into
+        received = type(into) is weakref.ReferenceType and into() is not None
+        hot.lean = getattr(hot.runners[0], "lean", None) if len(hot.runners) == 1 and received else None
+        hot.state, hot.numpy_in = ReplayState(op, comm, plan.arrays), plan.numpy_in
+        hot.stats = copy.copy(stats)  # apart from the one a caller may hold
+        hot.stats.steps = list(stats.steps)
+        return hot
+
+    def __call__(self, comm: Comm, args: tuple, x: Any) -> Any:
+        """The replay's result, or ``MISS`` where ``args`` or ``x`` differ from those it was made for."""
+        x_key, numpy_in = self.x_key, self.numpy_in
+        if type(x) is not x_key[0] or self.args != args:
+            return MISS
+        if x_key[0] is np.ndarray and not numpy_in:  # the common case, compared field by field
+            if x.shape != x_key[2] or x.strides != x_key[3] or x.dtype != x_key[1]:
+                return MISS
+        elif x_key != _array_key(x, numpy_in):
+            return MISS
+        if tuple(map(id, args)) != self.ids and self.kinds != _kinds(args):  # equal, but of other kinds
+            return MISS
+        activity = comm.activity
+        if activity is not None:
+            activity.enter_code(self.op_code)
+        xt = to_torch(x) if numpy_in else x
+        lean = self.lean
+        out = None if lean is None else lean(xt)
+        if out is not None:
+            received_into = _weak_ref(out)
+        else:
+            state = self.state
+            state.stats.received_into = 0
+            for run in self.runners:
+                xt = run(state, xt, None)
+            out, received_into = xt, state.stats.received_into
+        set_last_replay(self.stats, received_into)
+        if activity is not None:
+            activity.leave()
+        return out.numpy() if numpy_in and out is not None else out
