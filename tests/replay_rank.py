@@ -358,3 +358,10 @@ def alternating_hot_replays(comm):
     finally:
         hot_replay.ReplayState.__init__ = init
     return outcomes
+
+
+def hot_replay_cases(comm):
+    """Every hot-replay case in one job: ``hot_replays`` for numpy and torch input, the
+    alternating loop, then the refusals (last: on MPI they free the engine's datatypes)."""
+    return {"numpy": hot_replays(comm, "numpy"), "torch": hot_replays(comm, "torch"),
+            "alternating": alternating_hot_replays(comm), "refusals": hot_replay_refusals(comm)}

@@ -208,12 +208,18 @@ def test_rank_that_dies_before_a_replay_stops_the_others(engine):
         assert any(word in text for word in words), text
 
 
+@functools.cache
+def hot_replay_cases(engine: str) -> list[dict]:
+    """One job per engine runs every hot-replay case (``replay_rank.hot_replay_cases``)."""
+    return rs.spawn(replay_rank.hot_replay_cases, 3, engine=engine)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
 def test_hot_replays_match_the_oracle_and_report_what_a_replay_reports(engine, kind):
     # calls 3 and 4 run the replay that call 2 made, without looking the plan up again
-    for rank, by_op in enumerate(rs.spawn(replay_rank.hot_replays, 2, engine=engine, args=(kind,))):
-        for op, calls in by_op.items():
+    for rank, cases in enumerate(hot_replay_cases(engine)):
+        for op, calls in cases[kind].items():
             assert [ok for ok, _, _ in calls] == [True] * 4, (rank, op, calls)
             stats = [fields for _, fields, _ in calls]
             assert [s[1] for s in stats] == [False, True, True, True], (rank, op, stats)  # replayed
@@ -224,7 +230,8 @@ def test_hot_replays_match_the_oracle_and_report_what_a_replay_reports(engine, k
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_hot_replay_refuses_what_the_full_path_refuses(engine):
-    for rank, outcomes in enumerate(rs.spawn(replay_rank.hot_replay_refusals, 2, engine=engine)):
+    for rank, cases in enumerate(hot_replay_cases(engine)):
+        outcomes = cases["refusals"]
         got = {name: rest for name, *rest in outcomes}
         for name in ("world 0", "world 1", "world 2", "world again", "mesh 0", "mesh 1", "mesh 2",
                      "mesh, dst changed in place", "strided input", "world after freed types"):
@@ -238,7 +245,8 @@ def test_hot_replay_refuses_what_the_full_path_refuses(engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_loop_alternating_two_signatures_keeps_both_hot(engine):
-    for rank, outcomes in enumerate(rs.spawn(replay_rank.alternating_hot_replays, 3, engine=engine)):
+    for rank, cases in enumerate(hot_replay_cases(engine)):
+        outcomes = cases["alternating"]
         assert all(forth and back for forth, back, _ in outcomes), (rank, outcomes)
         # the first round plans, the second replays (and leaves both hot), the rest build nothing
         assert [built for _, _, built in outcomes][2:] == [0, 0, 0], (rank, outcomes)
