@@ -10,7 +10,6 @@ them. Anything else is a ``MISS`` and takes the full path.
 
 from __future__ import annotations
 
-import copy
 import operator
 import weakref
 from typing import Any
@@ -132,8 +131,7 @@ class HotReplay:
         received = type(into) is weakref.ReferenceType and into() is not None
         hot.lean = getattr(hot.runners[0], "lean", None) if len(hot.runners) == 1 and received else None
         hot.state, hot.numpy_in = ReplayState(op, comm, plan.arrays), plan.numpy_in
-        hot.stats = copy.copy(stats)  # apart from the one a caller may hold
-        hot.stats.steps = list(stats.steps)
+        hot.stats = stats.copy()  # apart from the one a caller may hold
         return hot
 
     def __call__(self, comm: Comm, args: tuple, x: Any) -> Any:

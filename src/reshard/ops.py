@@ -23,7 +23,6 @@ from .call import Call, begin
 from .call import start as start_call
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
-from .hot_replay import MISS, replay_hot
 from .layout import REDUCE_OPS, Shard, normalize_dim, shard_sizes
 from .mesh import Mesh
 from .stats import ExchangeStats, last_exchange
@@ -289,10 +288,6 @@ def redistribute(
     if async_op:
         return start_call(
             "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
-    if mesh is None:  # a training loop's repeated call, at once
-        done = replay_hot("redistribute", x, comm, check, (src, dst, global_shape))
-        if done is not MISS:
-            return done
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
         return relayout.redistribute_dtensor(x, dst, check)
     if mesh is None and (isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list))):

@@ -59,6 +59,12 @@ class ExchangeStats:
     def received_into(self, into: Any) -> None:
         self._received_into = into
 
+    def copy(self) -> ExchangeStats:
+        """A copy with a list of steps of its own."""
+        made = copy.copy(self)
+        made.steps = list(self.steps)
+        return made
+
     def received_at(self, address: int) -> None:
         self._received_into = address
 
@@ -83,8 +89,7 @@ def last_exchange() -> ExchangeStats | None:
     global _last
     if type(_last) is tuple:
         template, received_into = _last
-        made = copy.copy(template)
-        made.steps = list(template.steps)
+        made = template.copy()
         made._received_into = received_into
         _last = made
     return _last

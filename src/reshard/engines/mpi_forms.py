@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ..arrays import numel
 from ..buffers import alloc, scratch
 from ..layout import offsets
@@ -68,27 +66,26 @@ def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
     exchange = engine.alltoallw_plan(recv_types, send_types, call.op)
     epoch, result_shape, result_bytes = engine.types_epoch, tuple(out_shape), numel(out_shape) * item
 
+    empty = call.arrays.empty
+
+    def lean(xt: Any) -> Any | None:
+        """The exchange alone, for a replay whose stats are known already: the result, or None
+        where the engine freed its types since (``run`` then works them out again)."""
+        if engine.types_epoch != epoch:
+            return None
+        out = empty(result_shape, xt)
+        exchange(out, xt)  # both contiguous: the datatypes address their elements
+        return out
+
     def run(k: CallState, xt: Any, prepared: Any = None) -> Any:
-        if engine.types_epoch != epoch:  # the engine freed its types since: work them out again
+        out = lean(xt)
+        if out is None:
             return typed_form(k, xt, g)(k, xt)
-        out = k.arrays.empty(result_shape, like=xt)
         stats = k.stats
         stats.allocated_bytes += result_bytes
         stats.bytes_sent += bytes_out
         stats.bytes_received += bytes_in
         stats.received_into_result(out)
-        exchange(out, xt)  # both contiguous: the datatypes address their elements
-        return out
-
-    empty, numpy_out = call.arrays.empty, call.arrays.name == "numpy"
-
-    def lean(xt: Any) -> Any | None:
-        """``run`` for a replay whose stats are known already: the result, or None where the
-        types were freed since (then ``run`` works them out again)."""
-        if engine.types_epoch != epoch:
-            return None
-        out = np.empty(result_shape, xt.dtype) if numpy_out else empty(result_shape, xt)
-        exchange(out, xt)
         return out
 
     run.lean = lean  # type: ignore[attr-defined]
