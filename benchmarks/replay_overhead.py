@@ -3,7 +3,9 @@
     python benchmarks/replay_overhead.py [--ranks 2] [--bytes 65536] [--repeats 40]
 
 S(0) -> S(1) of a float32 matrix with ``--bytes`` per rank, check off, replayed; beside it
-mpi4py's bare ``Alltoall`` on the same bytes already packed into a buffer. Each sample is 20
+mpi4py's bare ``Alltoall`` on the same bytes already packed into a buffer, and mpi4py alone
+moving the same strided pieces into a new result (one resized subarray type through
+``Alltoall``, as reshard does for equal pieces; a subarray type per peer through ``Alltoallw``). Each sample is 20
 calls back to back between barriers, the slowest rank's time; the figure is the median of
 ``--repeats`` samples, per call.
 """
@@ -60,7 +62,27 @@ def job(comm, nbytes: int, repeats: int, form: str) -> dict:
     def bare():
         comm.mpi_comm.Alltoall(packed, recv)
 
-    methods = {"reshard": ours, "reshard, shapes learned": ours_learning_shapes, "bare": bare}
+    # mpi4py alone moving the same strided pieces, as reshard's two datatype forms do: where the
+    # time goes between the engine's own cost of strided pieces and reshard's Python.
+    from mpi4py import MPI
+
+    piece = MPI.FLOAT.Create_subarray([rows, cols], [rows, cols // n], [0, 0])
+    send_one = piece.Create_resized(0, cols // n * 4).Commit()
+    send_each = [MPI.FLOAT.Create_subarray([rows, cols], [rows, cols // n], [0, j * cols // n]).Commit() for j in range(n)]
+    piece.Free()
+    out_shape, ones, zeros = (rows * n, cols // n), [1] * n, [0] * n
+    recv_counts, recv_displs = [rows * cols // n] * n, [i * rows * cols // n * 4 for i in range(n)]
+
+    def strided_alltoall():
+        out = np.empty(out_shape, np.float32)
+        comm.mpi_comm.Alltoall([x, 1, send_one], [out, rows * cols // n, MPI.FLOAT])
+
+    def strided_alltoallw():
+        out = np.empty(out_shape, np.float32)
+        comm.mpi_comm.Alltoallw([x, (ones, zeros), send_each], [out, (recv_counts, recv_displs), [MPI.FLOAT] * n])
+
+    methods = {"reshard": ours, "reshard, shapes learned": ours_learning_shapes, "bare": bare,
+               "strided Alltoall": strided_alltoall, "strided Alltoallw": strided_alltoallw}
     for fn in methods.values():  # warm: the plan is made and kept, buffers are touched
         for _ in range(3):
             fn()
@@ -68,6 +90,8 @@ def job(comm, nbytes: int, repeats: int, form: str) -> dict:
     for _ in range(repeats):  # interleaved, so drift hits every method alike
         for name, fn in methods.items():
             samples[name].append(timed(comm, fn))
+    for t in (send_one, *send_each):
+        t.Free()
     return {k: statistics.median(v) for k, v in samples.items()} | {"bytes": x.nbytes}
 
 
@@ -83,7 +107,9 @@ def main() -> None:
     bare = result["bare"] * 1e6
     print(f"{args.ranks} MPI ranks, {result['bytes']:,} B per rank, check off, {args.form} form, per call (median of {args.repeats}):")
     print(f"  {'bare Alltoall, packed':<40} {bare:8.1f} us")
-    for name, what in (("reshard", "reshard replay, global_shape given"),
+    for name, what in (("strided Alltoall", "mpi4py Alltoall, one strided type"),
+                       ("strided Alltoallw", "mpi4py Alltoallw, a type per peer"),
+                       ("reshard", "reshard replay, global_shape given"),
                        ("reshard, shapes learned", "reshard replay, shapes learned")):
         ours = result[name] * 1e6
         print(f"  {what:<40} {ours:8.1f} us   {ours - bare:+8.1f} us")

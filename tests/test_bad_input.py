@@ -71,6 +71,7 @@ CASES = {
     "shards not balanced": ("redistribute", on_rank(0, dict(x=("array", (4, 6)), src=rs.Shard(0), dst=rs.Shard(1)), dict(x=("array", (1, 6)), src=rs.Shard(0), dst=rs.Shard(1))), "MismatchError", "balanced"),
     "Shard -> Partial(avg)": ("redistribute", dict(x=A, src=rs.Shard(0), dst=rs.Partial("avg")), "InvalidArgument", "avg"),
     "comm is not a Comm": ("all_gather", dict(x=A, comm="world"), "InvalidArgument", "comm"),
+    "mesh is not a Mesh": ("redistribute", dict(x=A, src=(rs.Shard(0),), dst=(rs.Shard(1),), mesh=(N,)), "InvalidArgument", "rs.Mesh"),
 }
 
 

@@ -23,6 +23,7 @@ from .call import Call, begin
 from .call import start as start_call
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
+from .hot_replay import MISS, replay_hot
 from .layout import REDUCE_OPS, Shard, normalize_dim, shard_sizes
 from .mesh import Mesh
 from .stats import ExchangeStats, last_exchange
@@ -285,11 +286,21 @@ def redistribute(
     With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
     ``wait()`` returns the above.
     """
+    if mesh is not None and not isinstance(mesh, Mesh):
+        raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
     if async_op:
         return start_call(
             "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
+    # A training loop's repeated unchecked call first: anything else (a DTensor, bad
+    # arguments) is a MISS here and takes the full path below.
+    if mesh is None:
+        replayed = replay_hot("redistribute", x, comm, check, (src, dst, global_shape))
+    else:
+        replayed = replay_hot("redistribute", x, mesh.comm, check, (src, dst, global_shape, mesh, "balanced"))
+    if replayed is not MISS:
+        return replayed
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
         return relayout.redistribute_dtensor(x, dst, check)
     if mesh is None and (isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list))):
         raise InvalidArgument("src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))")
-    return relayout.redistribute(x, src, dst, comm, mesh, global_shape, check)
+    return relayout.redistribute(x, src, dst, comm, mesh, global_shape, check, hot_tried=True)

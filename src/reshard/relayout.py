@@ -22,14 +22,16 @@ Array = Any
 
 
 def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | None, global_shape: Any,
-                 check: bool | None, rule: str = "balanced") -> Array:
+                 check: bool | None, rule: str = "balanced", hot_tried: bool = False) -> Array:
     """``x`` (this rank's part under ``src``) as its part under ``dst``, on ``mesh`` or, with
-    ``mesh=None``, on ``comm`` as the mesh ``(N,)`` (one placement each side)."""
+    ``mesh=None``, on ``comm`` as the mesh ``(N,)`` (one placement each side). ``hot_tried``:
+    the caller found no hot replay for these arguments (``replay_hot``) already."""
     world = mesh is None
     hot_args = (src, dst, global_shape) if world else (src, dst, global_shape, mesh, rule)
-    replayed = replay_hot("redistribute", x, comm if world else mesh.comm, check, hot_args)
-    if replayed is not MISS:
-        return replayed
+    if not hot_tried:
+        replayed = replay_hot("redistribute", x, comm if world else mesh.comm, check, hot_args)
+        if replayed is not MISS:
+            return replayed
     key = hot_args if world else (tuple(parse_placements(src)), tuple(parse_placements(dst)),
                                   global_shape, mesh.shape, rule)
     replayed, call = begin("redistribute", x, comm if world else mesh.comm, check, key,

@@ -188,6 +188,33 @@ class MPIEngine:
 
         return run
 
+    def alltoall_plan(self, recv_type: Any, send_type: Any, what: str) -> Callable[[Any, Any], None]:
+        """``Alltoall`` of one element of ``send_type`` to each peer (peer j's piece at j times
+        its extent) and one of ``recv_type`` from each: equal pieces on both sides, the lighter
+        call (about 2 us a call less than ``Alltoallw`` with the same pieces at 64 KiB). The
+        types must stay alive while ``run`` is used (``types_epoch``, as ``alltoallw_plan``)."""
+        alltoall, send_spec, recv_spec = self.mpi_comm.Alltoall, (1, send_type), (1, recv_type)
+
+        def run(recv: Any, send: Any) -> None:
+            if type(send) is not np.ndarray:
+                send, recv = as_buffer(send), as_buffer(recv)
+            try:
+                alltoall([send, *send_spec], [recv, *recv_spec])
+            except MPI.Exception as exc:
+                raise self._failed(what, exc) from exc
+
+        return run
+
+    def strided_pieces(self, shape: Sequence[int], sub: Sequence[int], itemsize: int) -> Any:
+        """The box ``sub`` at the start of a C-order array ``shape``, its extent cut to the box's
+        length along dim 1 (``sub[1] * shape[2]`` items): element j of it is the j-th of equal
+        boxes side by side along dim 1. Cached as ``subarray``'s types are; None for an empty box."""
+        key = ("pieces", tuple(shape), tuple(sub), itemsize)
+        if key not in self._types:
+            whole = self.subarray(shape, sub, [0] * len(shape), itemsize)
+            self._types[key] = None if whole is None else whole.Create_resized(0, sub[1] * shape[2] * itemsize).Commit()
+        return self._types[key]
+
     def _alltoallw(self, rbuf: np.ndarray, sbuf: np.ndarray, sends: Sequence[tuple], recvs: Sequence[tuple]) -> None:
         self.mpi_comm.Alltoallw([sbuf, *_layout(sends)], [rbuf, *_layout(recvs)])
 

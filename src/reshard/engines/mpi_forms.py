@@ -1,7 +1,8 @@
 """MPI's forms of the all-to-all.
 
 * **Datatypes** (contiguous inputs): one subarray datatype per peer on each side, so pieces move
-  straight from ``x`` into the result through ``Alltoallw``: no pack, no unpack. Faster than
+  straight from ``x`` into the result through ``Alltoallw``: no pack, no unpack. Where every
+  piece is the same size on both sides, one type per side through ``Alltoall`` instead. Faster than
   pack + bytes at every size measured (see the performance docs).
 * **Bytes** (everything else): the own piece never enters the engine (it is copied straight from
   ``x`` into the result); the others travel in one ``Alltoallv`` with the own count 0, packed
@@ -63,7 +64,18 @@ def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
     send_bytes = [numel(with_dim(x.shape, s, size)) * item for size in send_sizes]
     recv_bytes = [numel(r) * item for r in recv_shapes]
     bytes_out, bytes_in = sum(send_bytes) - send_bytes[rank], sum(recv_bytes) - recv_bytes[rank]
-    exchange = engine.alltoallw_plan(recv_types, send_types, call.op)
+    exchange = None
+    if s != c and len(set(send_sizes)) == 1 and len(set(lengths)) == 1 and send_sizes[0] and lengths[0]:
+        # Equal pieces on both sides: one type per side whose j-th element is piece j, through
+        # the lighter Alltoall. Every rank must choose alike: with s != c the send sizes are
+        # every rank's (its pieces stack along c) and the lengths are the ranks' extents along c,
+        # so every rank sees the same two lists, and non-empty pieces make non-empty boxes.
+        send_piece = engine.strided_pieces(send_full, with_dim(send_full, 1, send_sizes[0]), item)
+        recv_piece = engine.strided_pieces(recv_full, with_dim(recv_full, 1, lengths[0]), item)
+        if send_piece is not None and recv_piece is not None:
+            exchange = engine.alltoall_plan(recv_piece, send_piece, call.op)
+    if exchange is None:
+        exchange = engine.alltoallw_plan(recv_types, send_types, call.op)
     epoch, result_shape, result_bytes = engine.types_epoch, tuple(out_shape), numel(out_shape) * item
 
     empty = call.arrays.empty
