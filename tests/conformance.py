@@ -233,13 +233,10 @@ def run_cases_one_call(comm: rs.Comm, cases: list[dict]) -> list[Any]:
     return run_cases(comm, cases)
 
 
-def run_cases_through_shared_memory(comm: rs.Comm, cases: list[dict]) -> list[Any]:
-    """run_cases on gloo in ranks started with RESHARD_SHM_MIN_BYTES=0: every message between
-    them, however small, goes through shared memory (engines.shm)."""
-    local = comm.adapter.local
-    if comm.size > 1:  # every peer reached through shared memory, from the first byte
-        want = {q: 0 for q in range(comm.size) if q != comm.rank}
-        assert local is not None and local.smallest == want, local and local.smallest
+def run_cases_on_gloo_messages(comm: rs.Comm, cases: list[dict]) -> list[Any]:
+    """run_cases on gloo in ranks started with RESHARD_SHM=0: every message between them goes
+    as gloo's own, as between hosts (engines.gloo_pairwise without engines.shm)."""
+    assert comm.adapter.local is None, sorted(comm.adapter.local.peers)
     return run_cases(comm, cases)
 
 

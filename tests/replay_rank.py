@@ -228,12 +228,20 @@ def toggled_check(comm):
 
 
 def _stats_fields(result):
-    """What a replay's stats say, besides where it received (compared with the result apart)."""
+    """What a replay's stats say, and where it received: "result" where the stats hold the
+    result itself (a weak reference), "address" where they hold an address (of the result or
+    of a buffer freed since, whose memory the result may reuse: comparing would be chance)."""
+    import weakref
+
     st = rs.last_exchange()
     ptr = 0 if result is None else (result.ctypes.data if isinstance(result, np.ndarray) else result.data_ptr())
-    into = st.recv_buffer_ptr
+    into = st.received_into
+    if type(into) is weakref.ref:
+        where = "result" if st.recv_buffer_ptr == ptr else "another array"
+    else:
+        where = "address" if into else None
     return (st.op, st.replayed, st.bytes_sent, st.bytes_received, st.allocated_bytes, st.pack_copies,
-            st.unpack_copies, st.metadata_exchanges, tuple(st.steps), "result" if into and into == ptr else bool(into))
+            st.unpack_copies, st.metadata_exchanges, tuple(st.steps), where)
 
 
 def hot_replays(comm, kind, calls=4):

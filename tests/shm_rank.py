@@ -53,3 +53,40 @@ def settings_per_rank(comm, env_per_rank, shape):
     ok = np.array_equal(y.numpy(), rs.local_shard(full, rs.Shard(1), sub.rank, sub.size))
     local = sub.adapter.local
     return _peers(sub), None if local is None else local.smallest, ok
+
+
+def notes_as_gloo_messages(comm, sizes):
+    """On a sub-communicator made where memory notes are not offered (as off x86-64), every
+    message through the outbox (RESHARD_SHM_MIN_BYTES=0) with its note sent by gloo: the
+    peers, whether a mailbox was made, and the all_to_all results that differ from numpy's."""
+    import torch
+
+    from reshard.engines import shm
+
+    shm.usable_here = lambda: False
+    os.environ["RESHARD_SHM_MIN_BYTES"] = "0"
+    sub = rs.Mesh((1, comm.size), comm=comm).sub(1)
+    n, wrong = sub.size, []
+    for rows in sizes:
+        full = pattern((rows * n, 2 * n + 3), "float32")
+        x = torch.from_numpy(np.ascontiguousarray(rs.local_shard(full, rs.Shard(0), sub.rank, n)))
+        for _ in range(2):
+            y = rs.all_to_all(x, split_dim=1, concat_dim=0, comm=sub)
+            if not np.array_equal(y.numpy(), rs.local_shard(full, rs.Shard(1), sub.rank, n)):
+                wrong.append(rows)
+    local = sub.adapter.local
+    return _peers(sub), local is not None and local.mailbox is not None, wrong
+
+
+def empty_messages(comm):
+    """Messages of no bytes between same-host peers (rows of width 0, counts that are not): the
+    received shapes and counts of an all_to_all_v there and back, then a rank's ordinary call."""
+    n, r = comm.size, comm.rank
+    x = np.zeros((2 * n + r, 0), dtype=np.float32)
+    counts = [2] * n
+    counts[r] += r
+    got, recv_counts = rs.all_to_all_v(x, counts)
+    back, _ = rs.all_to_all_v(got, recv_counts, recv_counts=counts)
+    full = pattern((4 * n, 3), "float32")
+    y = rs.all_to_all(np.ascontiguousarray(rs.local_shard(full, rs.Shard(0), r, n)), split_dim=1, concat_dim=0)
+    return got.shape, recv_counts, back.shape, bool(np.array_equal(y, rs.local_shard(full, rs.Shard(1), r, n)))

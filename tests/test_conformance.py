@@ -20,9 +20,9 @@ import reshard as rs
 from cases import all_cases, case_id
 from conformance import (
     run_cases,
+    run_cases_on_gloo_messages,
     run_cases_one_call,
     run_cases_started_async,
-    run_cases_through_shared_memory,
     run_cases_without_torch,
 )
 from oracle import reduce_in_order
@@ -31,16 +31,16 @@ WORLD_SIZES = (1, 2, 3, 4)
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 # "mpi-notorch": the MPI engine in rank processes where `import torch` fails (numpy alone).
 # "gloo-one-call": gloo moving each op's pieces in one all_to_all_single, as NCCL does, rather
-# than in its own point-to-point messages. "gloo-shm": every message between the ranks (all on
-# this host), however small, through shared memory. "*-async": every call started with
+# than in its own point-to-point messages. "gloo-messages": every message as gloo's own, as
+# between hosts (on one host they go through shared memory: engines.shm). "*-async": every call started with
 # async_op=True and its handle waited for (one world size: the worker runs the same code).
-# The variants of gloo's path (one call, shared memory) run on 4 ranks, MPI on 1, 2 and 4
+# The variants of gloo's path (one call, gloo's messages) run on 4 ranks, MPI on 1, 2 and 4
 # (3 ranks on gloo and MPI without torch).
-ENGINES = ("gloo", "gloo-one-call", "gloo-shm", "mpi", "mpi-notorch", "gloo-async", "mpi-async")
-KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "gloo-shm": ("torch", "numpy"),
+ENGINES = ("gloo", "gloo-one-call", "gloo-messages", "mpi", "mpi-notorch", "gloo-async", "mpi-async")
+KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "gloo-messages": ("torch", "numpy"),
          "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",), "gloo-async": ("torch", "numpy"),
          "mpi-async": ("torch", "numpy")}
-SIZES = {"gloo-async": (3,), "mpi-async": (2,), "gloo-one-call": (4,), "gloo-shm": (4,), "mpi": (1, 2, 4)}
+SIZES = {"gloo-async": (3,), "mpi-async": (2,), "gloo-one-call": (4,), "gloo-messages": (4,), "mpi": (1, 2, 4)}
 NO_TORCH_DIR = os.path.join(os.path.dirname(__file__), "no_torch")
 
 
@@ -59,12 +59,12 @@ def results_for(engine: str, n: int) -> tuple[list[dict], list[list]]:
                             timeout=600)
     elif engine == "gloo-one-call":
         per_rank = rs.spawn(run_cases_one_call, n, engine="gloo", args=(cases,), timeout=600)
-    elif engine == "gloo-shm":
-        os.environ["RESHARD_SHM_MIN_BYTES"] = "0"
+    elif engine == "gloo-messages":
+        os.environ["RESHARD_SHM"] = "0"
         try:
-            per_rank = rs.spawn(run_cases_through_shared_memory, n, engine="gloo", args=(cases,), timeout=600)
+            per_rank = rs.spawn(run_cases_on_gloo_messages, n, engine="gloo", args=(cases,), timeout=600)
         finally:
-            del os.environ["RESHARD_SHM_MIN_BYTES"]
+            del os.environ["RESHARD_SHM"]
     else:
         per_rank = rs.spawn(run_cases, n, engine=engine, args=(cases,), timeout=600)
     return cases, per_rank

@@ -23,7 +23,7 @@ LAYERS = [
     ["stats", "activity", "handles"],
     ["buffers", "agreement", "replay_cache", "validate"],
     ["pieces"],
-    ["engines.base", "engines.available"],
+    ["engines.base", "engines.available", "engines.shm_notes"],
     ["engines.gloo_pairwise", "engines.mpi_forms", "engines.shm"],
     ["engines.torch_engine", "engines.mpi_engine", "engines"],
     ["comm"],

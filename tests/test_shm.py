@@ -75,11 +75,11 @@ def test_a_rank_that_opts_out_keeps_its_pairs_on_gloo():
 
 
 def test_a_pair_sends_through_shared_memory_from_the_larger_of_its_two_sizes():
-    # rank 0: everything; rank 1: from 4 KiB; the others: the default (1 MiB). The messages
-    # (about 100 KiB) go through shared memory between ranks 0 and 1 only, and arrive intact.
-    env = {0: {"RESHARD_SHM_MIN_BYTES": "0"}, 1: {"RESHARD_SHM_MIN_BYTES": "4096"}}
-    default = shm.SMALLEST
-    mine = {0: 0, 1: 4096, 2: default, 3: default}
+    # rank 0: everything; rank 1: from 4 KiB; rank 2: from 1 MiB; rank 3: this machine's
+    # default. The messages (about 100 KiB) take shared memory only where both ends allow it.
+    env = {0: {"RESHARD_SHM_MIN_BYTES": "0"}, 1: {"RESHARD_SHM_MIN_BYTES": "4096"}, 2: {"RESHARD_SHM_MIN_BYTES": "1048576"}}
+    default = 0 if shm.usable_here() else 1 << 20
+    mine = {0: 0, 1: 4096, 2: 1 << 20, 3: default}
     for rank, (peers, smallest, ok) in enumerate(rs.spawn(shm_rank.settings_per_rank, 4, args=(env, (600, 700)))):
         assert ok, rank
         assert smallest == {q: max(mine[rank], mine[q]) for q in peers}, (rank, smallest)
@@ -95,3 +95,26 @@ def test_a_bad_size_setting_is_named():
     env = {r: {"RESHARD_SHM_MIN_BYTES": "1MB"} for r in range(2)}
     with pytest.raises(rs.RankFailed, match="RESHARD_SHM_MIN_BYTES='1MB': must be a number of bytes"):
         rs.spawn(shm_rank.settings_per_rank, 2, args=(env, (4, 4)))
+
+
+def test_the_default_size_is_every_message_where_notes_go_through_memory():
+    assert shm.smallest_here(notes_in_memory=True) == 0
+    assert shm.smallest_here(notes_in_memory=False) == 1 << 20
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_notes_as_gloo_messages_where_memory_cannot_carry_them(n):
+    # Ranks that cannot order memory notes (not x86-64) send them as gloo messages: the same
+    # exchanges, through the outbox, with a note and an acknowledgement per message on gloo.
+    sizes = [1, 64, 2048, 0, 700]
+    for rank, (peers, mailbox, wrong) in enumerate(rs.spawn(shm_rank.notes_as_gloo_messages, n, args=(sizes,))):
+        assert peers == [q for q in range(n) if q != rank] and mailbox is False, (rank, peers, mailbox)
+        assert wrong == [], (rank, wrong)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_messages_of_no_bytes_go_through_shared_memory(n, monkeypatch):
+    monkeypatch.setenv("RESHARD_SHM_MIN_BYTES", "0")  # every message, the empty ones too
+    for rank, (got, recv_counts, back, ok) in enumerate(rs.spawn(shm_rank.empty_messages, n)):
+        assert recv_counts == [2 + (rank if q == rank else 0) for q in range(n)], (rank, recv_counts)
+        assert got == (sum(recv_counts), 0) and back == (2 * n + rank, 0) and ok, (rank, got, back)

@@ -107,11 +107,12 @@ def engines_here(torch: dict[str, Any], mpi_version: str | None, mpi_why: str | 
 
 def shared_memory() -> dict[str, Any]:
     """Whether same-host gloo ranks can exchange through the shared-memory outbox."""
-    from .engines.shm import host_key
+    from .engines.shm import host_key, smallest_here
+    from .engines.shm_notes import usable_here
 
     try:
         wanted = settings.read("RESHARD_SHM")
-        smallest = settings.read("RESHARD_SHM_MIN_BYTES")
+        smallest = smallest_here()
     except ReshardError as exc:
         return {"available": False, "why": str(exc)}
     if not wanted:
@@ -135,6 +136,7 @@ def shared_memory() -> dict[str, Any]:
     if not readable:
         return {"available": False, "why": "an outbox read back different bytes"}
     return {"available": True, "why": None, "min_bytes": smallest, "host_key": f"{host_key():#x}",
+            "notes": "through shared memory" if usable_here() else "as gloo messages",
             "note": "each pair of ranks proves it can read the other's outbox before using it; --ranks shows the pairs"}
 
 
@@ -275,7 +277,8 @@ def render(console: Any, report: dict[str, Any]) -> None:
     table("Engines", [(name, "works" if e["works"] else f"no: {e['why']}") for name, e in report["engines"].items()])
     shm, launch, font = report["shared_memory"], report["launcher"], report["cjk_font"]
     table("This host", [
-        ("shared memory", f"yes, for messages of {shm['min_bytes']:,} B and up" if shm["available"] else f"no: {shm['why']}"),
+        ("shared memory", f"yes, for messages of {shm['min_bytes']:,} B and up, notes {shm['notes']}" if shm["available"]
+         else f"no: {shm['why']}"),
         ("launcher", launch["name"] + (f" (rank {launch['rank']} of {launch['size']})" if "size" in launch else "")),
         ("Korean font", font["font"] if font["found"] else f"no: {font['why']}"),
     ])

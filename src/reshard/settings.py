@@ -50,6 +50,7 @@ class Variable:
     default: Any
     parse: Callable[[str], Any]
     set_by_reshard: bool = False  # written by rs.spawn for its ranks, read by the user's code
+    default_text: str | None = None  # a default that depends on the machine (``default`` is None), in words
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -60,7 +61,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("RESHARD_SHM", "0 keeps every pair this rank belongs to on the engine's messages "
              "(no shared memory between same-host gloo ranks)", True, _flag),
     Variable("RESHARD_SHM_MIN_BYTES", "the smallest message that goes through shared memory; a pair takes the "
-             f"larger of its two settings; {NEVER_BYTES} or more means never", 1 << 20, _bytes),
+             f"larger of its two settings; {NEVER_BYTES} or more means never. Unset: every message on x86-64, "
+             "where the notes saying where a message lies go through shared memory too; 1048576 elsewhere, "
+             "where they go as gloo messages", None, _bytes, default_text="0 on x86-64, 1048576 elsewhere"),
     Variable("RESHARD_RANK", "this rank's index, set by rs.spawn for the ranks it starts", None, int,
              set_by_reshard=True),
     Variable("RESHARD_WORLD_SIZE", "the number of ranks, set by rs.spawn for the torch ranks it starts", None, int,

@@ -16,7 +16,6 @@ import hashlib
 import mmap
 import os
 import stat
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,11 +23,12 @@ import numpy as np
 
 from .. import settings
 from ..errors import CommTimeout, RankFailed
+from .shm_notes import Mailbox, Poll, alive, usable_here
 
 _ALIGN = 64  # every message starts on a cache line
-# Below this a message goes by the engine's own path: its one hop beats a note and a copy
-# (performance docs). RESHARD_SHM_MIN_BYTES sets it; a pair takes the larger of its two.
-SMALLEST: int = settings.BY_NAME["RESHARD_SHM_MIN_BYTES"].default
+# Where notes go as gloo messages, a smaller message goes by gloo's own path: its one hop
+# beats a note and a copy (performance docs). RESHARD_SHM_MIN_BYTES sets it for every rank.
+NOTES_BY_GLOO_MIN_BYTES = 1 << 20
 _TOKEN_BYTES = 16
 # The outbox's first two cache lines: the token, the vote board's two slots of (seq, v0, v1),
 # then the host leader's two result slots of (seq, v0, v1, note): what it learned of the vote.
@@ -43,9 +43,14 @@ def enabled_here() -> bool:
     return settings.read("RESHARD_SHM") and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
 
-def smallest_here() -> int:
-    """The smallest message this rank sends through shared memory (``RESHARD_SHM_MIN_BYTES``)."""
-    return settings.read("RESHARD_SHM_MIN_BYTES")
+def smallest_here(notes_in_memory: bool | None = None) -> int:
+    """The smallest message this rank sends through shared memory: ``RESHARD_SHM_MIN_BYTES``,
+    else every message where the notes go through shared memory too (``shm_notes``), else
+    1 MiB (below it, a gloo note and a copy cost more than gloo's own message)."""
+    smallest = settings.read("RESHARD_SHM_MIN_BYTES")
+    if smallest is not None:
+        return smallest
+    return 0 if (usable_here() if notes_in_memory is None else notes_in_memory) else NOTES_BY_GLOO_MIN_BYTES
 
 
 def host_key() -> int:
@@ -66,12 +71,15 @@ def host_key() -> int:
 
 class Outbox:
     """This rank's messages to its same-host peers: a memory file that grows, handed out in
-    regions from a cursor that goes back to 0 once an exchange is over."""
+    regions from a cursor that goes back to 0 once an exchange is over. Its first ``head``
+    bytes are the board's lines (token, vote) and the mailbox's (``shm_notes``), never a message."""
 
-    def __init__(self, capacity: int = mmap.PAGESIZE) -> None:
+    def __init__(self, capacity: int = mmap.PAGESIZE, head: int = _BOARD_BYTES) -> None:
         import torch
 
         self._torch = torch
+        self.head = -(-head // _ALIGN) * _ALIGN
+        capacity = max(capacity, self.head)
         self.fd = os.memfd_create("reshard-outbox", os.MFD_CLOEXEC)
         self.capacity = 0
         self.maps: list[tuple[int, int, Any]] = []  # (address, length, tensor): every mapping stays valid
@@ -97,12 +105,12 @@ class Outbox:
 
     def take(self, nbytes: int) -> Any:
         """A fresh region of ``nbytes`` for this exchange's messages."""
-        offset = -(-max(self.cursor, _BOARD_BYTES) // _ALIGN) * _ALIGN  # the first line holds the board
+        offset = -(-max(self.cursor, self.head) // _ALIGN) * _ALIGN  # the head holds the board and mailbox
         if offset + nbytes > self.capacity:
             self._grow(offset + nbytes)
         self.cursor = offset + nbytes
         if self.cursor > self.high_water:  # counted as ``scratch`` counts: all of it, when it grows
-            self.unreported = self.cursor - _BOARD_BYTES  # the board's lines are the file's own
+            self.unreported = self.cursor - self.head  # the head's lines are the file's own
             self.high_water = self.cursor
         return self.view(offset, nbytes)
 
@@ -133,25 +141,28 @@ class LocalPeers:
     opened read-only."""
 
     def __init__(self, outbox: Outbox, peer_fds: dict[int, int], smallest: dict[int, int] | None = None,
-                 pids: dict[int, int] | None = None) -> None:
+                 pids: dict[int, int] | None = None, mailbox: Mailbox | None = None) -> None:
         self.outbox = outbox
+        self.mailbox = mailbox  # the notes through shared memory, or None (then they go as gloo messages)
         self.pids = pids or {}  # peer -> its process, to tell a dead peer from a slow one
         self.peer_fds = peer_fds
         self.peers = frozenset(peer_fds)
         self.views: dict[int, np.ndarray] = {}  # peer -> its outbox, mapped read-only
         # peer -> the smallest message that goes this way: the larger of the pair's settings
-        self.smallest = smallest if smallest is not None else dict.fromkeys(peer_fds, SMALLEST)
+        self.smallest = smallest if smallest is not None else dict.fromkeys(peer_fds, smallest_here())
 
     @classmethod
-    def open(cls, rank: int, size: int, allgather_bytes: Callable[[np.ndarray], np.ndarray]) -> LocalPeers | None:
+    def open(cls, rank: int, size: int, allgather_bytes: Callable[[np.ndarray], np.ndarray],
+             timeout: float = 300.0) -> LocalPeers | None:
         """Collective over the group: find the same-host peers whose outbox this rank can read
         and that can read this rank's (both ways, or the pair keeps to the engine's own path)."""
         offer = enabled_here() and size > 1
-        smallest = smallest_here()
+        notes_here = usable_here()
+        smallest = smallest_here(notes_here)
         outbox = None
         if offer:
             try:
-                outbox = Outbox()
+                outbox = Outbox(head=_BOARD_BYTES + (Mailbox.nbytes(size) if notes_here else 0))
             except OSError:
                 offer = False
         card = np.zeros(7, dtype=np.int64)
@@ -175,8 +186,15 @@ class LocalPeers:
             if outbox is not None:
                 outbox.close()
             return None
-        return cls(outbox, both, {q: max(smallest, int(cards[q, 6])) for q in both},
-                   {q: int(cards[q, 2]) for q in both})
+        pids = {q: int(cards[q, 2]) for q in both}
+        mailbox = None
+        if notes_here:  # the mailbox follows the board in every outbox's head (same host: same rule)
+            area = _BOARD_BYTES + Mailbox.nbytes(size)
+            mine = outbox.maps[0][2][_BOARD_BYTES:area].numpy().view(np.int64)
+            theirs = {q: np.frombuffer(mmap.mmap(fd, area, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.int64)[BOARD_WORDS:]
+                      for q, fd in both.items()}
+            mailbox = Mailbox(rank, size, mine, theirs, pids, timeout)
+        return cls(outbox, both, {q: max(smallest, int(cards[q, 6])) for q in both}, pids, mailbox)
 
     def reaches(self, peer: int, nbytes: int) -> bool:
         """This message goes through shared memory (both sides decide alike: same rule, same length)."""
@@ -289,9 +307,7 @@ class VoteBoard:
 
     @staticmethod
     def usable_here() -> bool:
-        import platform
-
-        return platform.machine().lower() in ("x86_64", "amd64")
+        return usable_here()
 
     def start(self, values: Any) -> Callable[[], np.ndarray]:
         """Write this rank's vote; the result waits for every peer's (bounded by the timeout)."""
@@ -350,32 +366,25 @@ class VoteBoard:
         A peer whose process ended is named at once, or, with ``gone`` given, put there and
         the wait ends with the boards ready so far."""
         waiting, ready = dict(boards), []
-        start, polls = time.monotonic(), 0
+        poll = Poll(self.timeout)
         while waiting:
             for q, board in list(waiting.items()):
                 if board[at] == seq:
                     ready.append(board)
                     del waiting[q]
             if waiting:
-                polls += 1
-                if polls > 64:  # a peer is still busy: give it the core, then sleep a little
-                    waited = time.monotonic() - start
-                    if waited < 0.002:
-                        os.sched_yield()
-                    else:  # a long wait: spinning would take the core from the ranks being waited for
-                        time.sleep(min(1e-4, waited / 20))
-                    if polls % 256 == 0:  # now and then: a peer that ended will never vote
-                        dead = sorted(q for q in waiting if not _alive(self.pids.get(q)))
-                        if dead and gone is not None:
-                            gone.extend(dead)
-                            return ready
-                        if dead:
-                            raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
-                                             f"{', '.join(map(str, dead))} gone (their process ended)")
-                    if time.monotonic() - start > self.timeout:
-                        raise CommTimeout(
-                            f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
-                            f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
+                if poll.pause():  # now and then: a peer that ended will never vote
+                    dead = sorted(q for q in waiting if not alive(self.pids.get(q)))
+                    if dead and gone is not None:
+                        gone.extend(dead)
+                        return ready
+                    if dead:
+                        raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
+                                         f"{', '.join(map(str, dead))} gone (their process ended)")
+                if poll.expired():
+                    raise CommTimeout(
+                        f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
+                        f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
         return ready
 
     def close(self) -> None:
@@ -383,18 +392,6 @@ class VoteBoard:
         for fd in getattr(self, "files", ()):
             os.close(fd)
         self.files = []
-
-
-def _alive(pid: int | None) -> bool:
-    """Whether process ``pid`` still runs (unknown counts as running; a zombie has ended)."""
-    if pid is None:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
 
 
 def _open_outbox(pid: int, fd: int, token: np.ndarray) -> int | None:

@@ -74,7 +74,8 @@ class TorchEngine:
         (gloo only; NCCL moves device memory its own way)."""
         if self.name == "gloo":
             with self._guard("shared memory setup"):
-                self.local = LocalPeers.open(self.rank, self.size, lambda b: self.allgather_bytes(b, "shared memory setup"))
+                self.local = LocalPeers.open(self.rank, self.size, lambda b: self.allgather_bytes(b, "shared memory setup"),
+                                             self.timeout)
                 self._open_board()
         return self
 
@@ -164,13 +165,19 @@ class TorchEngine:
         A same-host peer (``engines.shm``) gets a note instead: where the message lies in this
         rank's outbox (a buffer from ``send_buffer`` lies there already; any other is copied
         in; the outbox's growth is counted in ``stats``). It reads the bytes straight into its
-        buffer and acknowledges; this returns once every peer has."""
+        buffer and acknowledges; this returns once every peer has. The notes and their
+        acknowledgements go through shared memory too where they can (``shm_notes``), else
+        as gloo messages."""
         group = self.group
         local = self.local
+        mailbox = local.mailbox if local is not None else None
         try:  # no context manager here: this path is per call, and entering one is not free
-            works, notes, acks = [], [], []
+            works, notes, acks, incoming, outgoing = [], [], [], [], []
             for peer, buf in recvs:
                 if local is not None and local.reaches(peer, buf.numel() * buf.element_size()):
+                    if mailbox is not None:
+                        incoming.append((peer, buf.view(torch.uint8)))
+                        continue
                     note = torch.empty(2, dtype=torch.int64)
                     notes.append((peer, buf.view(torch.uint8), note, group.recv([note], peer, NOTE_TAG)))
                 else:
@@ -179,13 +186,18 @@ class TorchEngine:
                 if local is not None and local.reaches(peer, buf.numel() * buf.element_size()):
                     # where the message lies in the outbox; the peer reads it and says so
                     raw = buf.view(torch.uint8)
-                    note = torch.tensor([local.outbox.place(raw), raw.numel()], dtype=torch.int64)
+                    offset = local.outbox.place(raw) if raw.numel() else 0  # an empty message lies nowhere
+                    if mailbox is not None:
+                        mailbox.post(peer, offset, raw.numel())
+                        outgoing.append(peer)
+                        continue
+                    note = torch.tensor([offset, raw.numel()], dtype=torch.int64)
                     works.append(group.send([note], peer, NOTE_TAG))
                     ack = torch.empty(2, dtype=torch.int64)
                     acks.append((peer, ack, group.recv([ack], peer, ACK_TAG)))
                 else:
                     works.append(group.send([buf], peer, PAIR_TAG))
-            failed = None
+            failed = mailbox.settle(incoming, outgoing, local.read, what) if incoming or outgoing else None
             for peer, buf, note, work in notes:
                 work.wait()
                 offset, nbytes = note.tolist()
