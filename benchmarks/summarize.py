@@ -28,11 +28,16 @@ def targets_table(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def table(path: str) -> str:
+def table(path: str) -> str | None:
+    """The file's table, or None for a file of another script (its own page has its table)."""
     with open(path) as f:
         data = json.load(f)
+    if not isinstance(data, dict):
+        return None
     if "targets" in data:
         return targets_table(data)
+    if not {"meta", "rows", "ratios"} <= data.keys():
+        return None
     meta, rows = data["meta"], data["rows"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     command = " ".join(["reshard", *meta["command"][1:]])  # whatever path the program was run by
@@ -67,4 +72,4 @@ torch 2.13.0 (CPU), gloo over loopback; mpi4py 4.1.2 with Open MPI 5.0.11 (share
 
 if __name__ == "__main__":
     print(HEADER)
-    print("\n".join(table(p) for p in sys.argv[1:]))
+    print("\n".join(t for t in map(table, sys.argv[1:]) if t is not None))
