@@ -32,12 +32,13 @@ HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 # "mpi-notorch": the MPI engine in rank processes where `import torch` fails (numpy alone).
 # "gloo-one-call": gloo moving each op's pieces in one all_to_all_single, as NCCL does, rather
 # than in its own point-to-point messages. "gloo-messages": every message as gloo's own, as
-# between hosts (on one host they go through shared memory: engines.shm). "*-async": every call started with
+# between hosts (on one host they go through shared memory: engines.shm), torch inputs only
+# (numpy inputs become tensors before gloo, as the plain "gloo" runs show). "*-async": every call started with
 # async_op=True and its handle waited for (one world size: the worker runs the same code).
 # The variants of gloo's path (one call, gloo's messages) run on 4 ranks, MPI on 1, 2 and 4
 # (3 ranks on gloo and MPI without torch).
 ENGINES = ("gloo", "gloo-one-call", "gloo-messages", "mpi", "mpi-notorch", "gloo-async", "mpi-async")
-KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "gloo-messages": ("torch", "numpy"),
+KINDS = {"gloo": ("torch", "numpy"), "gloo-one-call": ("torch",), "gloo-messages": ("torch",),
          "mpi": ("torch", "numpy"), "mpi-notorch": ("numpy",), "gloo-async": ("torch", "numpy"),
          "mpi-async": ("torch", "numpy")}
 SIZES = {"gloo-async": (3,), "mpi-async": (2,), "gloo-one-call": (4,), "gloo-messages": (4,), "mpi": (1, 2, 4)}

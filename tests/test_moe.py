@@ -20,7 +20,7 @@ HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 ENGINES = ["gloo", pytest.param("mpi", marks=pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed"))]
 # Each example starts real ranks, so shrinking (hundreds of jobs) would dominate the run; a
 # failure still prints the whole failing example, which is small by construction.
-SETTINGS = settings(max_examples=7, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                     phases=[Phase.explicit, Phase.reuse, Phase.generate])
 DTYPES = ["float32", "float64", "int8", "int64", "bool", "complex64", "float16"]
 
