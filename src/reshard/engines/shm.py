@@ -235,7 +235,7 @@ class VoteBoard:
     A vote is numbered; slot ``seq % 2`` holds it, so a rank one vote ahead never overwrites
     what a slower peer still reads (it cannot get two ahead: the next vote waits for that
     peer). The number is written after the values and read before them, which x86-64's store
-    and load order makes safe; elsewhere the engine's own all-reduce votes (``usable_here``).
+    and load order makes safe; elsewhere the engine's own all-reduce votes (``shm_notes.usable_here``).
 
     On one host every rank reads every peer's vote. Across hosts (``across`` given) the host's
     lowest rank, its leader, reads its host's votes, takes the all-reduce ``across`` with the
@@ -270,7 +270,7 @@ class VoteBoard:
         other on one host."""
         if size < 2:  # alone: the vote is this rank's own
             return None
-        offer = enabled_here() and cls.usable_here()
+        offer = enabled_here() and usable_here()
         card = np.zeros(6, dtype=np.int64)
         fd, area = -1, None
         if offer:
@@ -305,9 +305,6 @@ class VoteBoard:
         board.files = [fd, *fds]  # closed with the board
         return board
 
-    @staticmethod
-    def usable_here() -> bool:
-        return usable_here()
 
     def start(self, values: Any) -> Callable[[], np.ndarray]:
         """Write this rank's vote; the result waits for every peer's (bounded by the timeout)."""

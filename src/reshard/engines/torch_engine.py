@@ -20,6 +20,7 @@ from ..steps import AllToAll
 from .base import CallState, ExchangeRun
 from .gloo_pairwise import pairwise_form
 from .shm import LocalPeers, VoteBoard
+from .shm_notes import usable_here
 
 _TIMEOUT_WORDS = ("timed out", "timeout", "time out", "deadline")
 # reshard's point-to-point messages carry their own tag, so a user's isend/irecv on the same
@@ -86,7 +87,7 @@ class TorchEngine:
         if self.size == 1:
             return
         local = self.local
-        ready = local is not None and VoteBoard.usable_here()
+        ready = local is not None and usable_here()
         card = np.array([ready, min(self.rank, *local.peers) if ready else -1, len(local.peers) + 1 if ready else 0],
                         dtype=np.int64)
         cards = self.allgather_bytes(card.view(np.uint8), "shared memory setup").view(np.int64).reshape(self.size, 3)
