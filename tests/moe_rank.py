@@ -197,24 +197,30 @@ def gradients(comm: rs.Comm) -> dict[str, bool]:
     out, _ = rs.all_to_all_v(x, counts)
     (out * (2 * out + 1).detach()).sum().backward()
     checks["all_to_all_v"] = torch.equal(x.grad, 2 * x.detach() + 1)
-    # dispatch -> experts (expert e scales by e + 1) -> combine with weights
+    # dispatch -> experts (expert e scales by e + 1) -> combine with weights; on one host, and
+    # on one host a rank (the two-level path, on the autograd tape)
     case = dict(seed=7, tokens=[5 + i for i in range(n)], hidden=3, experts=2 * n, k=2, capacity=4, dtype="float64")
     tok_np, ids_np, w_np = moe_inputs(case, r)
-    tokens = torch.from_numpy(tok_np).requires_grad_()
-    weights = torch.from_numpy(w_np).requires_grad_()
-    expert_in, handle = rs.moe.dispatch(tokens, torch.from_numpy(ids_np), num_experts=case["experts"], capacity=4)
-    local = case["experts"] // n
-    scale = torch.cat([torch.full((c, 1), float(r * local + le + 1), dtype=torch.float64)
-                       for le, c in enumerate(handle.tokens_per_expert)])
-    out = rs.moe.combine(expert_in * scale, handle, weights)
-    C = (torch.arange(out.numel(), dtype=torch.float64).reshape(out.shape) % 5) - 2
-    (out * C).sum().backward()
-    kept = torch.from_numpy(handle.kept).to(torch.float64)
-    factor = kept * torch.from_numpy(ids_np + 1).to(torch.float64)  # [T, k]: kept * (e + 1)
-    want_x = (factor * weights.detach()).sum(1, keepdim=True) * C
-    want_w = factor * (tokens.detach() * C).sum(1, keepdim=True)
-    checks["dispatch/combine d/dtokens"] = torch.allclose(tokens.grad, want_x, rtol=1e-12, atol=0)
-    checks["dispatch/combine d/dweights"] = torch.allclose(weights.grad, want_w, rtol=1e-12, atol=0)
+    for algorithm, hosts in (("flat", comm.hosts), ("hierarchical", list(range(n)))):
+        comm.hosts, comm.hosts_mesh = hosts, None
+        tokens = torch.from_numpy(tok_np).requires_grad_()
+        weights = torch.from_numpy(w_np).requires_grad_()
+        expert_in, handle = rs.moe.dispatch(tokens, torch.from_numpy(ids_np), num_experts=case["experts"], capacity=4,
+                                            algorithm=algorithm)
+        local = case["experts"] // n
+        scale = torch.cat([torch.full((c, 1), float(r * local + le + 1), dtype=torch.float64)
+                           for le, c in enumerate(handle.tokens_per_expert)])
+        out = rs.moe.combine(expert_in * scale, handle, weights)
+        C = (torch.arange(out.numel(), dtype=torch.float64).reshape(out.shape) % 5) - 2
+        (out * C).sum().backward()
+        kept = torch.from_numpy(handle.kept).to(torch.float64)
+        factor = kept * torch.from_numpy(ids_np + 1).to(torch.float64)  # [T, k]: kept * (e + 1)
+        want_x = (factor * weights.detach()).sum(1, keepdim=True) * C
+        want_w = factor * (tokens.detach() * C).sum(1, keepdim=True)
+        checks[f"dispatch/combine ({handle.algorithm}) d/dtokens"] = torch.allclose(tokens.grad, want_x, rtol=1e-12,
+                                                                                   atol=0)
+        checks[f"dispatch/combine ({handle.algorithm}) d/dweights"] = torch.allclose(weights.grad, want_w, rtol=1e-12,
+                                                                                    atol=0)
     return checks
 
 

@@ -33,7 +33,8 @@ LAYERS = [
     ["execute"],
     ["relayout"],
     ["ops"],
-    ["moe_sums", "moe_hosts"],
+    ["moe_sums", "moe_hosts", "moe_rows"],
+    ["moe_two_level"],
     ["moe", "fft"],
     ["launch.settings", "launch.report", "launch.payload"],
     ["launch.torch_rank", "launch.mpi_rank", "launch.mpi"],
@@ -193,7 +194,7 @@ def _function(module: str, name: str) -> ast.FunctionDef:
 
 
 PUBLIC = [("ops", n) for n in ("all_to_all", "all_to_all_v", "all_gather", "gather", "reduce_scatter", "all_reduce")]
-PUBLIC += [("relayout", "redistribute"), ("moe", "_exchange_segments")]
+PUBLIC += [("relayout", "redistribute"), ("moe_rows", "exchange_segments"), ("moe_rows", "start_rows")]
 
 
 @pytest.mark.parametrize(("module", "name"), PUBLIC)
@@ -212,4 +213,4 @@ def test_the_public_collectives_are_all_checked():
     assert set(ops.__all__) - {"last_exchange", "ExchangeStats"} == listed
     assert {_dotted(c) for c in _calls(_function("ops", "redistribute"))} >= {"relayout.redistribute"}
     moe_calls = {_dotted(c) for f in ("dispatch", "combine") for c in _calls(_function("moe", f))}
-    assert "_exchange_segments" in moe_calls
+    assert "exchange_segments" in moe_calls

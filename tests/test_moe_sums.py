@@ -73,6 +73,7 @@ def test_sum_over_hosts_adds_each_tokens_rows_in_host_order(seed, tokens, hosts)
     runs = [np.sort(rng.choice(tokens, rng.integers(0, tokens + 1), replace=False)) for _ in range(hosts)]
     row_token = np.concatenate(runs).astype(np.int64)
     back = rng.standard_normal((row_token.size, 2)).astype(np.float32)
+    back[rng.random(back.shape) < 0.1] = -0.0  # a row copied, not added to 0, keeps its sign
     want = np.zeros((tokens, 2), dtype=np.float32)
     seen = np.zeros(tokens, dtype=bool)
     for t, row in zip(row_token, back):  # host-major rows: host order per token
@@ -80,5 +81,11 @@ def test_sum_over_hosts_adds_each_tokens_rows_in_host_order(seed, tokens, hosts)
         seen[t] = True
     plain = back.copy()
     plain.flags.writeable = False
-    for got in (sum_over_hosts(back, row_token, tokens), sum_over_hosts(plain, row_token, tokens)):
+    ends = np.cumsum([r.size for r in runs])
+
+    def blocks(rows):
+        return [(rows[e - r.size : e], r) for r, e in zip(runs, ends)]
+
+    for got in (sum_over_hosts(blocks(back), tokens), sum_over_hosts(blocks(plain), tokens),
+                sum_over_hosts(blocks(torch.from_numpy(back.copy())), tokens).numpy()):
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))

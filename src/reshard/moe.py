@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, moe_hosts, moe_sums, planner, validate
-from .arrays import array_backend, is_numpy, is_torch
+from . import moe_hosts, moe_sums, moe_two_level, validate
+from .arrays import is_numpy, is_torch
 from .call import Call
 from .call import start as start_call
 from .comm import Comm, current
 from .errors import InvalidArgument, UnsupportedDType
 from .layout import check_int, offsets, shard_sizes
-from .mesh import Mesh
+from .moe_rows import exchange_segments, index_for, take_rows
 
 Array = Any
 
@@ -62,43 +62,6 @@ class MoEHandle:
     slot_rows: np.ndarray | None = field(default=None, repr=False)  # dropless: returned row of each (token, slot)
     algorithm: str = "flat"  # the path dispatch took: "flat" or "hierarchical"
     hosts: moe_hosts.HostRoutes | None = field(default=None, repr=False)  # the hierarchical path's routes
-
-
-def _index(like: Array, idx: np.ndarray) -> Any:
-    """``idx`` in the form that indexes ``like`` (a torch index tensor for tensors)."""
-    if is_torch(like):
-        import torch
-
-        return torch.from_numpy(idx).to(like.device)
-    return idx
-
-
-def _take_rows(a: Array, idx: np.ndarray) -> Array:
-    """``a[idx]`` along dim 0, with ``index_select`` (advanced indexing walks element by element,
-    several times slower). Off the autograd tape the rows land in a buffer from the array
-    backend, which reuses freed memory instead of page-faulting a fresh one."""
-    if is_torch(a):
-        import torch
-
-        index = _index(a, idx)
-        if torch.is_grad_enabled() and a.requires_grad:
-            return torch.index_select(a, 0, index)
-        out = array_backend("torch").empty((len(idx), *a.shape[1:]), like=a)
-        return torch.index_select(a, 0, index, out=out)
-    return np.take(a, idx, axis=0)
-
-
-def _exchange_segments(
-    comm: Comm, x: Array, segment_send: list[list[int]], segment_recv: list[list[int]], what: str
-) -> Array:
-    """One exchange per segment: ``x`` is ``[sum of all sends, *F]``, segment l's rows in rank
-    order (``segment_send[l][j]`` rows for rank j); the result is ``[sum of all receives, *F]``,
-    segment l's rows from every rank in rank order, each exchange writing straight into its
-    block. Returns numpy for numpy; on the autograd tape the backward is the plan back."""
-    call = Call(what, x, comm, False)
-    call.take_input()
-    plan = planner.all_to_all_v(call.rank, call.size, list(zip(segment_send, segment_recv)), op=what)
-    return execute.run(call, x, plan, backward=lambda: plan.reverse())
 
 
 def _check_dispatch(x: Array, n: int, num_experts: Any, capacity: Any, expert_ids: Any, algorithm: Any = "flat",
@@ -238,38 +201,6 @@ def _gathered(call: Call, own: np.ndarray, what: str) -> np.ndarray:
     return gathered.view(np.int64).reshape(call.size, own.size)
 
 
-def _dispatch_hosts(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_counts: np.ndarray,
-                    rows_to_host: np.ndarray, mesh_shape: tuple[int, int], per_rank: int, handle: MoEHandle
-                    ) -> tuple[Array, MoEHandle]:
-    """The two-level dispatch (``reshard.moe_hosts``): across hosts once per token, then inside."""
-    if comm.hosts_mesh is None:  # made once: its sub-communicators are kept with it
-        comm.hosts_mesh = Mesh.from_hosts(comm)
-    mesh = comm.hosts_mesh
-    across, inside = mesh.sub(0), mesh.sub(1)
-    row_token, routing, across_send, across_recv = moe_hosts.routes(ids, kept, kept_counts, rows_to_host, comm.rank,
-                                                                    mesh_shape, per_rank)
-    parts: list = []
-    # the routing first: a few bytes a row, across a link that is still idle (behind the tokens
-    # it would wait for their queue to drain)
-    routed = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (routing across hosts)", across, routing,
-                                 [across_send], [across_recv], "moe.dispatch (routing)")
-    rows = _take_rows(tokens, row_token)  # the pack: each token once per host it goes to
-    arrived = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (across hosts)", across, rows,
-                                  [across_send], [across_recv], "moe.dispatch (across hosts)")
-    pair_at, inside_send = moe_hosts.forward_pairs(routed, mesh_shape[1], per_rank)
-    order, inside_recv = moe_hosts.expert_order(kept_counts, comm.rank, mesh_shape, per_rank)
-    copies = _take_rows(arrived, pair_at // ids.shape[1])  # the forward: one row per (token, slot) of this host
-    received = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (inside the host)", inside, copies,
-                                   [inside_send], [inside_recv], "moe.dispatch (inside the host)")
-    expert_inputs = _take_rows(received, order)
-    stats = moe_hosts.merged_stats("moe.dispatch", parts)
-    stats.metadata_exchanges += 2
-    cross = sum(v for h, v in enumerate(across_send) if h != mesh.coord[0])
-    handle.hosts = moe_hosts.HostRoutes(mesh, row_token, across_send, across_recv, routed, pair_at, inside_send,
-                                        inside_recv, order, cross)
-    return expert_inputs, handle
-
-
 def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None, capacity: int | None,
               check: bool | None, routable: np.ndarray | None, algorithm: str = "auto") -> tuple[Array, MoEHandle]:
     """``dispatch``; ``routable`` (bool ``[T * k]``, or None for all) marks the pairs that may
@@ -315,15 +246,16 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     segment_recv = [[int(mine[i, le]) for i in range(n)] for le in range(per_rank)]
 
     if algorithm == "hierarchical":
-        return _dispatch_hosts(comm_, tokens, ids, kept.reshape(num_tokens, top_k), kept_counts, rows_to_host,
-                               mesh_shape, per_rank, MoEHandle(
+        expert_inputs, routes = moe_two_level.dispatch(comm_, tokens, ids, kept.reshape(num_tokens, top_k),
+                                                       kept_counts, rows_to_host, mesh_shape, per_rank)
+        return expert_inputs, MoEHandle(
             tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
             dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
             kept=kept.reshape(num_tokens, top_k), send_counts=send_counts, recv_counts=recv_counts, counts=counts,
             num_experts=experts, top_k=top_k, num_tokens=num_tokens, comm=comm_, send_rows=send_rows,
-            segment_send=segment_send, segment_recv=segment_recv, algorithm="hierarchical"))
-    rows = _take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
-    expert_inputs = _exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)")
+            segment_send=segment_send, segment_recv=segment_recv, algorithm="hierarchical", hosts=routes)
+    rows = take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
+    expert_inputs = exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)")
     handle = MoEHandle(
         tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
         dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
@@ -362,16 +294,16 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     call.validate(_check_combine, handle, weights, expert_outputs)
     call.agree(free_dims=(0,), need_shapes=False)  # check on or off: a disagreement never moves data
     if handle.hosts is not None:
-        return _combine_hosts(expert_outputs, handle, weights)
+        return moe_two_level.combine(expert_outputs, handle.hosts, handle.num_tokens, handle.top_k, weights)
     # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
-    back = _exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")
+    back = exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])
     if handle.slot_rows is not None:  # dropless: every (token, slot) has its row, so gather
-        slots = _take_rows(back, handle.slot_rows)
+        slots = take_rows(back, handle.slot_rows)
     elif is_torch(back):
         slots = back.new_zeros((num_tokens * top_k, *trail))
-        slots.index_copy_(0, _index(back, handle.send_rows), back)
+        slots.index_copy_(0, index_for(back, handle.send_rows), back)
     else:
         slots = np.zeros((num_tokens * top_k, *trail), dtype=back.dtype)
         slots[handle.send_rows] = back
@@ -437,28 +369,6 @@ def pipeline(
         outputs = _run_experts(experts, expert_inputs, routed.tokens_per_expert)
         combined.append(combine(outputs, routed, None if weights is None else weights[a:b], check=check, async_op=True))
     return _concat([h.wait() for h in combined])
-
-
-def _combine_hosts(expert_outputs: Array, handle: MoEHandle, weights: Array | None) -> Array:
-    """The two-level combine: back inside the host, each token's slots there summed by its
-    forwarder, one row per (token, host) back across, the hosts' rows added at home."""
-    routes, top_k = handle.hosts, handle.top_k
-    across, inside = routes.mesh.sub(0), routes.mesh.sub(1)
-    parts: list = []
-    in_arrival = _take_rows(expert_outputs, np.argsort(routes.expert_order, kind="stable"))
-    back = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (inside the host)", inside, in_arrival,
-                               [routes.inside_recv], [routes.inside_send], "moe.combine (inside the host)")
-    w = None
-    if weights is not None:  # each row's gate weights travel to its forwarder (k numbers a row)
-        w_rows = _take_rows(weights.reshape(handle.num_tokens, top_k), routes.row_token)
-        w = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (weights across hosts)", across, w_rows,
-                                [routes.across_send], [routes.across_recv], "moe.combine (weights)")
-    partial = moe_sums.host_sums(back, routes.pair_at, top_k, routes.routing.shape[0], w)
-    home = moe_hosts.exchanged(_exchange_segments, parts, "all_to_all_v (across hosts)", across, partial,
-                               [routes.across_recv], [routes.across_send], "moe.combine (across hosts)")
-    out = moe_sums.sum_over_hosts(home, routes.row_token, handle.num_tokens)
-    moe_hosts.merged_stats("moe.combine", parts)
-    return out
 
 
 def _check_pipeline(x: Array, n: int, experts: Any, chunks: Any, capacity: Any, expert_ids: Any,

@@ -12,7 +12,9 @@ engines here):
 2. **Inside each host** (the "local" dim): the forwarder copies each token to the ranks holding
    its experts there, one row per (token, slot).
 
-The expert ranks then put their rows in ``dispatch``'s order (by local expert, then source rank,
+A source's rows to its own host never cross: each forwarder's rows come in two parts (its own
+host's, the other hosts'), and ``reshard.moe_two_level`` forwards the first while the second is
+on the link. The expert ranks then put their rows in ``dispatch``'s order (by local expert, then source rank,
 then token), so what a caller sees equals the flat path's ``expert_inputs`` bit for bit.
 
 Combine runs the way back and sums early: each forwarder adds ``weights[t, j] * out(t, j)`` over
@@ -35,29 +37,40 @@ import numpy as np
 
 from . import hosts_plan
 from .arrays import is_torch
-from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
+from .stats import ExchangeStats, ExecutedStep, set_last
 
 Array = Any
 
 
 @dataclass
 class HostRoutes:
-    """What the two exchanges of a dispatch moved, kept for combine (this rank's three roles:
-    source, forwarder, expert rank)."""
+    """What the exchanges of a dispatch moved, kept for combine (this rank's three roles:
+    source, forwarder, expert rank). A forwarder's rows are in two parts: those from its own
+    host (a source's rows to its own host never cross) and those from the others."""
 
     mesh: Any  # rs.Mesh (hosts, ranks per host)
     # source: token of each row sent across (host-major, token order), rows to / from each host
     row_token: np.ndarray
     across_send: list[int]
     across_recv: list[int]
-    # forwarder: host-local expert id of each received row's slots (-1: not on this host)
-    routing: np.ndarray
-    pair_at: np.ndarray  # row * k + slot of each pair sent inside, in send order
-    inside_send: list[int]
-    inside_recv: list[int]
-    # expert rank: the received pair behind each row of expert_inputs
-    expert_order: np.ndarray
+    # forwarder, per part (own host, other hosts): each pair sent inside (row of the part * k +
+    # slot, in send order), pairs to each local rank, rows of the part
+    pair_at: tuple[np.ndarray, np.ndarray]
+    inside_send: tuple[list[int], list[int]]
+    held: tuple[int, int]
+    # expert rank: its blocks (``expert_blocks``), pairs from each local rank per part
+    blocks: np.ndarray
+    inside_recv: tuple[list[int], list[int]]
     cross_rows: int  # rows this rank sent to other hosts (the deduplicated count)
+
+    def own_rows(self) -> slice:
+        """The source's rows to its own host, within its rows across (``row_token``)."""
+        at = sum(self.across_send[: self.mesh.coord[0]])
+        return slice(at, at + self.across_send[self.mesh.coord[0]])
+
+    def remote(self, counts: list[int]) -> list[int]:
+        """``counts`` (one per host) with this host's set to 0: what crosses."""
+        return [0 if h == self.mesh.coord[0] else c for h, c in enumerate(counts)]
 
 
 def host_rows(ids: np.ndarray, kept: np.ndarray, experts_per_host: int, hosts: int) -> np.ndarray:
@@ -92,19 +105,32 @@ def forward_pairs(routing: np.ndarray, local: int, per_rank: int) -> tuple[np.nd
     return at, [int(v) for v in np.bincount(flat[at] // per_rank, minlength=local)]
 
 
-def expert_order(kept_counts: np.ndarray, rank: int, mesh_shape: tuple[int, int], per_rank: int
-                 ) -> tuple[np.ndarray, list[int]]:
-    """The expert rank: (received pair of each expert_inputs row, pairs from each local rank).
-    From local rank ``ls`` arrive its block of (expert, source host) runs; ``dispatch`` orders
-    rows by (expert, source rank = source host * L + ls)."""
+def expert_blocks(kept_counts: np.ndarray, rank: int, mesh_shape: tuple[int, int], per_rank: int
+                  ) -> tuple[np.ndarray, tuple[list[int], list[int]]]:
+    """The expert rank: (its non-empty blocks, int64 ``[B, 4]`` rows of (part, start in that
+    part's arrival, start in ``expert_inputs``, rows), in ``expert_inputs`` order; pairs from
+    each local rank, per part). A block is the pairs of one source rank for one local expert.
+    Two exchanges arrive: part 0 the own host's sources, part 1 the other hosts'. From local
+    rank ``ls`` come, in each, its blocks by (expert, source host) (``forward_pairs``' order);
+    ``dispatch`` orders rows by (expert, source rank = source host * L + ls)."""
     hosts, local = mesh_shape
+    host = rank // local
     mine = kept_counts[:, rank * per_rank : (rank + 1) * per_rank].reshape(hosts, local, per_rank)  # [hs, ls, le]
-    by_block = np.transpose(mine, (1, 2, 0))  # [ls, le, hs]: the order they arrive in
-    starts = (np.cumsum(by_block.reshape(-1)) - by_block.reshape(-1)).reshape(by_block.shape)
-    order = [np.arange(starts[ls, le, hs], starts[ls, le, hs] + by_block[ls, le, hs])
-             for le in range(per_rank) for hs in range(hosts) for ls in range(local)]
-    index = np.concatenate(order) if order else np.zeros(0, dtype=np.int64)
-    return index.astype(np.int64), [int(v) for v in by_block.reshape(local, -1).sum(axis=1)]
+    hs, ls, le = (g.ravel() for g in np.meshgrid(np.arange(hosts), np.arange(local), np.arange(per_rank),
+                                                  indexing="ij"))
+    size = mine.ravel().astype(np.int64)
+    part = (hs != host).astype(np.int64)
+    arrival = np.lexsort((hs, le, ls, part))  # part, then source local rank, expert, source host
+    arrival_start = np.empty_like(size)
+    arrival_start[arrival] = np.cumsum(size[arrival]) - size[arrival]
+    arrival_start[part == 1] -= size[part == 0].sum()  # each part counts from its own start
+    expert = np.lexsort((ls, hs, le))
+    expert_start = np.empty_like(size)
+    expert_start[expert] = np.cumsum(size[expert]) - size[expert]
+    table = np.stack([part, arrival_start, expert_start, size], axis=1)[expert]
+    own = [int(v) for v in mine[host].sum(axis=1)]
+    other = [int(v) for v in mine.sum(axis=(0, 2)) - np.asarray(own, dtype=np.int64)]
+    return table[table[:, 3] > 0], (own, other)
 
 
 def merged_stats(op: str, parts: list[tuple[str, ExchangeStats | None]]) -> ExchangeStats:
@@ -119,13 +145,6 @@ def merged_stats(op: str, parts: list[tuple[str, ExchangeStats | None]]) -> Exch
         total.steps.append(ExecutedStep(name, st.bytes_sent, st.bytes_received))
     set_last(total)
     return total
-
-
-def exchanged(exchange: Any, parts: list, name: str, *args: Any) -> Array:
-    """``exchange(*args)``, its stats kept in ``parts`` under ``name``."""
-    out = exchange(*args)
-    parts.append((name, last_exchange()))
-    return out
 
 
 def row_bytes(tokens: Array) -> int:

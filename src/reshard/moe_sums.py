@@ -4,6 +4,7 @@ forwarder and the hosts' rows at home (the two-level path, ``reshard.moe_hosts``
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -200,41 +201,40 @@ def _host_sums_in_place(back: Array, as_tensor: Any, rows: np.ndarray, slot: np.
     return result.numpy() if as_tensor is not None else result
 
 
-def sum_over_hosts(back: Array, row_token: np.ndarray, num_tokens: int) -> Array:
-    """``[T, *F]``: each token's rows (one per host it went to; rows are host-major, so each
-    host's are a run with distinct tokens) added in host order; a token with none gives zeros,
-    one with a single row gives that row itself."""
-    trail = tuple(back.shape[1:])
-    runs = np.flatnonzero(np.diff(row_token) <= 0) + 1  # a host's run ends where the token order restarts
-    bounds = [0, *runs.tolist(), row_token.size]
-    as_tensor = None if is_torch(back) else torch_view(back)
-    if as_tensor is not None and back.dtype.kind in "fc":  # in place, one pass a run
+def sum_over_hosts(blocks: Sequence[tuple[Array, np.ndarray]], num_tokens: int) -> Array:
+    """``[T, *F]``: each token's rows added in host order. ``blocks``: one (rows ``[R_h, *F]``,
+    their tokens ``[R_h]``, distinct) per host, in host order. A token's first row is copied, the
+    later ones added (floating rows add onto -0.0, which leaves any first row as it is, -0.0
+    included); a token with none gives zeros."""
+    first = blocks[0][0]
+    trail = tuple(first.shape[1:])
+    blocks = [(rows, tokens) for rows, tokens in blocks if len(tokens)]
+    none = np.ones(num_tokens, dtype=bool)
+    for _, tokens in blocks:
+        none[tokens] = False
+    if is_torch(first):
         import torch
 
-        out = np.zeros((num_tokens, *trail), dtype=back.dtype)
-        target = torch.from_numpy(out)
-        for a, b in zip(bounds, bounds[1:]):
-            index = torch.from_numpy(np.ascontiguousarray(row_token[a:b], dtype=np.int64))
-            if a == 0:
-                target.index_copy_(0, index, as_tensor[a:b])
-            else:
-                target.index_add_(0, index, as_tensor[a:b])
-        return out
-    if is_torch(back):
-        import torch
+        floating = first.dtype.is_floating_point or first.dtype.is_complex
+        out = torch.full((num_tokens, *trail), -0.0 if floating else 0, dtype=first.dtype if floating else torch.int64,
+                         device=first.device)
+        for rows, tokens in blocks:
+            index = torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)).to(first.device)
+            out = out.index_add(0, index, rows if floating else rows.to(torch.int64))
+        if floating and none.any():
+            out = out.index_fill(0, torch.from_numpy(np.flatnonzero(none)).to(first.device), 0)
+        return out if floating else out.to(first.dtype)
+    floating = first.dtype.kind in "fc"
+    out = np.full((num_tokens, *trail), -0.0 if floating else 0, dtype=first.dtype if floating else np.int64)
+    target = torch_view(out)
+    for rows, tokens in blocks:
+        rows_view = None if target is None else torch_view(rows)
+        if rows_view is not None:  # in place, one pass a host
+            import torch
 
-        floating = back.dtype.is_floating_point or back.dtype.is_complex
-        wide = back if floating else back.to(torch.int64)
-        out = wide.new_zeros((num_tokens, *trail))
-        for a, b in zip(bounds, bounds[1:]):
-            index = torch.from_numpy(row_token[a:b]).to(back.device)
-            out = out.index_copy(0, index, wide[a:b]) if a == 0 else out.index_add(0, index, wide[a:b])
-        return out if floating else out.to(back.dtype)
-    floating = back.dtype.kind in "fc"
-    out = np.zeros((num_tokens, *trail), dtype=back.dtype if floating else np.int64)
-    for a, b in zip(bounds, bounds[1:]):
-        if a == 0:
-            out[row_token[a:b]] = back[a:b]
+            target.index_add_(0, torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)), rows_view)
         else:
-            out[row_token[a:b]] += back[a:b]
-    return out if floating else out.astype(back.dtype)
+            out[tokens] += rows  # distinct tokens: no index repeats
+    if floating:
+        out[none] = 0
+    return out if floating else out.astype(first.dtype)

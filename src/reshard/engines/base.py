@@ -40,6 +40,7 @@ class Engine(Protocol):
     timeout: float
     arrays_name: str  # the array library its buffers are in ("torch" or "numpy")
     arrays: Any  # that library's array backend (``reshard.arrays``)
+    concurrent_groups: bool  # collectives of two of its groups may run at once on two threads
 
     def alltoallv(self, recv: Any, send: Any, recv_counts: Sequence[int], send_counts: Sequence[int], what: str) -> None:
         """1-D uint8 ``send`` segment j to rank j; rank i's segment into ``recv`` segment i."""

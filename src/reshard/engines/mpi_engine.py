@@ -63,6 +63,7 @@ class MPIEngine:
         self.timeout = timeout
         self.owns = owns
         self.arrays = array_backend("numpy")
+        self.concurrent_groups = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self._types: dict[tuple, Any] = {}
         self.types_epoch = 0  # bumped whenever cached types are freed: plans holding them are stale
         self._board: Any = None  # the vote's VoteBoard, or False where none can be (made at the first vote)

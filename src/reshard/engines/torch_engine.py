@@ -58,6 +58,9 @@ class TorchEngine:
         self.rank = rank
         self.size = size
         self.name = name
+        # gloo's groups are independent TCP pairs; NCCL's deadlock when two ranks launch two
+        # communicators' kernels in different orders
+        self.concurrent_groups = name == "gloo"
         self.timeout = timeout
         self.owns_group = owns_group
         self.arrays = array_backend("torch")
