@@ -174,3 +174,11 @@ def test_plan_on_hosts_sets_flat_beside_two_level():
     assert table["hierarchical"]["estimate_s"] < table["flat"]["estimate_s"]
     text = reshard_cli("plan", "--hosts", "2", "--ranks-per-host", "2", "--shape", "8x8").stdout
     assert "flat" in text and "hierarchical" in text and "per host link" in text
+
+
+def test_plan_on_hosts_without_a_shape_takes_a_65536_square():
+    run = reshard_cli("plan", "--hosts", "512", "--ranks-per-host", "8", "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["bytes_per_rank"] == 65536 * 65536 * 4 // 4096  # float32, 4,096 ranks
+    text = reshard_cli("plan", "--hosts", "512", "--ranks-per-host", "8").stdout
+    assert "65536x65536" in text and "4,096 ranks" in text and "hierarchical" in text

@@ -9,6 +9,8 @@ import json
 from .cli_common import SMALL_PLAN_RANKS, make_console, placement
 from .errors import ReshardError
 
+HOSTS_DEFAULT_SHAPE = (65536, 65536)  # with --hosts and no --shape: a layer-sized matrix
+
 
 def _plan_hosts(args: argparse.Namespace) -> int:
     """The row -> column all_to_all on ``--hosts`` x ``--ranks-per-host`` ranks: flat against two-level."""
@@ -109,10 +111,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.moe:
         return _plan_moe(args)
-    if args.shape is None or (args.ranks, args.mesh, args.hosts) == (None, None, None):
-        raise ReshardError("plan needs --shape and one of --ranks, --mesh or --hosts (or --moe)")
     if args.hosts is not None:
+        if args.shape is None:
+            args.shape = HOSTS_DEFAULT_SHAPE
         return _plan_hosts(args)
+    if args.shape is None or (args.ranks, args.mesh) == (None, None):
+        raise ReshardError("plan needs --shape and one of --ranks or --mesh (or --hosts, or --moe)")
     if args.rank is not None:
         return _plan_rank(args)
     mesh = args.mesh or ((args.ranks,) if args.ranks > SMALL_PLAN_RANKS else None)
