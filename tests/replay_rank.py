@@ -136,7 +136,10 @@ def mismatch_after_replay(comm, bad_rank, change):
             elif change == "dims":
                 dims = (0, 1)
         try:
-            rs.all_to_all(x, *dims)
+            if step == 2 and comm.rank == bad_rank and change == "collective":
+                rs.all_gather(x, 0)
+            else:
+                rs.all_to_all(x, *dims)
             outcomes.append(("ok", rs.last_exchange().replayed))
         except rs.ReshardError as exc:
             outcomes.append((type(exc).__name__, str(exc)))
@@ -244,24 +247,28 @@ def _stats_fields(result):
             st.unpack_copies, st.metadata_exchanges, tuple(st.steps), where)
 
 
-def hot_replays(comm, kind, calls=4):
+def hot_replays(comm, kind, calls=4, check=False):
     """Each op that needs nothing from its peers on an unchecked replay, ``calls`` times with
-    new values: per op, per call (correct, stats fields, whether a replay state was built).
-    A replay state (``hot_replay.ReplayState``) is built on the way to a plan but not on the hot way,
-    which runs the replay made last time; counted by wrapping its ``__init__`` here."""
-    from reshard import hot_replay
+    new values: per op, per call (correct, stats fields, the replay states and calls built).
+    A replay state (``hot_replay.ReplayState``) or a ``Call`` is built on the way to a plan but
+    not on the hot way, which runs the replay made last time (checked: after the vote);
+    counted by wrapping their ``__init__`` here."""
+    from reshard import call, hot_replay
 
     n, r = comm.size, comm.rank
     made = [0]
-    init = hot_replay.ReplayState.__init__
+    inits = {cls: cls.__init__ for cls in (hot_replay.ReplayState, call.Call)}
 
-    def counting(self, *args, **kwargs):
-        made[0] += 1
-        init(self, *args, **kwargs)
+    def counting(init):
+        def counted(self, *args, **kwargs):
+            made[0] += 1
+            init(self, *args, **kwargs)
+        return counted
 
     mesh = rs.Mesh((n, 1))
     out: dict[str, list] = {}
-    hot_replay.ReplayState.__init__ = counting
+    for cls, init in inits.items():
+        cls.__init__ = counting(init)
     try:
         for op in ("redistribute", "mesh redistribute", "reduce_scatter", "all_reduce"):
             out[op] = []
@@ -277,24 +284,25 @@ def hot_replays(comm, kind, calls=4):
                 mine_cols = take(full, 1, starts(cols)[r], starts(cols)[r] + cols[r])
                 made[0] = 0
                 if op == "redistribute":
-                    got = rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=full.shape, check=False)
+                    got = rs.redistribute(x, rs.Shard(0), rs.Shard(1), global_shape=full.shape, check=check)
                     want = mine_cols
                 elif op == "mesh redistribute":
                     got = rs.redistribute(x, [rs.Shard(0), rs.Replicate()], [rs.Shard(1), rs.Replicate()],
-                                          global_shape=full.shape, mesh=mesh, check=False)
+                                          global_shape=full.shape, mesh=mesh, check=check)
                     want = mine_cols
                 elif op == "reduce_scatter":
-                    got = rs.reduce_scatter(x[: rows[-1]], dim=1, op="max", check=False)
+                    got = rs.reduce_scatter(x[: rows[-1]], dim=1, op="max", check=check)
                     parts = [take(full, 0, starts(rows)[i], starts(rows)[i] + rows[-1]) for i in range(n)]
                     want = take(np.maximum.reduce(parts), 1, starts(cols)[r], starts(cols)[r] + cols[r])
                 else:
-                    got = rs.all_reduce(x[: rows[-1]], op="max", check=False)
+                    got = rs.all_reduce(x[: rows[-1]], op="max", check=check)
                     want = np.maximum.reduce([take(full, 0, starts(rows)[i], starts(rows)[i] + rows[-1])
                                               for i in range(n)])
                 built = made[0]
                 out[op].append((_same(got, want), _stats_fields(got), built))
     finally:
-        hot_replay.ReplayState.__init__ = init
+        for cls, init in inits.items():
+            cls.__init__ = init
     return out
 
 
@@ -372,4 +380,5 @@ def hot_replay_cases(comm):
     """Every hot-replay case in one job: ``hot_replays`` for numpy and torch input, the
     alternating loop, then the refusals (last: on MPI they free the engine's datatypes)."""
     return {"numpy": hot_replays(comm, "numpy"), "torch": hot_replays(comm, "torch"),
+            "numpy, checked": hot_replays(comm, "numpy", check=True),
             "alternating": alternating_hot_replays(comm), "refusals": hot_replay_refusals(comm)}

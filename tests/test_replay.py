@@ -127,7 +127,7 @@ def _replays_exactly_when_every_rank_holds_a_current_plan(engine, case):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("change", ["dtype", "shape", "dims"])
+@pytest.mark.parametrize("change", ["dtype", "shape", "dims", "collective"])
 def test_bad_input_after_a_plan_raises_on_every_rank(engine, change):
     n, bad = 3, 1
     per_rank = rs.spawn(replay_rank.mismatch_after_replay, n, engine=engine, args=(bad, change))
@@ -225,6 +225,19 @@ def test_hot_replays_match_the_oracle_and_report_what_a_replay_reports(engine, k
             assert [s[1] for s in stats] == [False, True, True, True], (rank, op, stats)  # replayed
             assert stats[2] == stats[1] and stats[3] == stats[1], (rank, op, stats)
             assert stats[1][2] + stats[1][3] > 0 and stats[1][7] == 0, (rank, op, stats)  # data moved, no records
+            assert [built for _, _, built in calls][2:] == [0, 0], (rank, op, calls)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_checked_hot_replays_vote_and_report_what_a_checked_replay_reports(engine):
+    # calls 3 and 4 cast the vote of call 2's plan and run it, without building a Call
+    for rank, cases in enumerate(hot_replay_cases(engine)):
+        for op, calls in cases["numpy, checked"].items():
+            assert [ok for ok, _, _ in calls] == [True] * 4, (rank, op, calls)
+            stats = [fields for _, fields, _ in calls]
+            assert [s[1] for s in stats] == [False, True, True, True], (rank, op, stats)  # replayed
+            assert stats[2] == stats[1] and stats[3] == stats[1], (rank, op, stats)
+            assert stats[1][7] == 1, (rank, op, stats)  # the vote
             assert [built for _, _, built in calls][2:] == [0, 0], (rank, op, calls)
 
 

@@ -106,7 +106,7 @@ def begin(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
     if done is not MISS:
         return done, None
     call = Call(op, x, comm, check, arg_names)
-    done = call.replay(args)
+    done = call.replay(args, hot_args)
     return (MISS, call) if done is MISS else (done, None)
 
 
@@ -169,11 +169,13 @@ class Call:
         """What this rank was asked to do, for the agreement (made only on the full path)."""
         return agreement.Record(op=self.op, arg_names=tuple(self.arg_names))
 
-    def replay(self, args: tuple) -> Any:
+    def replay(self, args: tuple, hot_args: tuple | None = None) -> Any:
         """This call's result from the plan of an earlier call with the same signature, or
         ``MISS`` (then nothing was sent and the full path takes over). With the check on, the
         plan runs only when the vote finds every rank holding a plan made from the same
-        records; the plan's local work (``prepare``) is done while the vote travels."""
+        records; the plan's local work (``prepare``) is done while the vote travels, and a
+        ``HotReplay`` is left for the next call with ``hot_args``. Where a checked hot replay
+        of this op voted already, its votes are counted instead."""
         key = _signature(self.op, self.x, self.check, args)
         self.key = key
         plan = None if key is None else self.comm.replay_cache.get(key)
@@ -186,7 +188,12 @@ class Call:
                 x = to_torch(x)
             elif plan.detach:
                 x = x.detach()
-        if self.check:
+        vote = None
+        voted = self.comm.replay_cache.take_votes(self.op) if self.check else None
+        if voted is not None:
+            if not self._count(voted):
+                plan = None
+        elif self.check:
             # Every rank votes, plan or not, so the collectives line up whatever each found.
             vote = self._ballot(plan.digest if plan else 0)
             if plan is not None and plan.prepare is not None:
@@ -213,6 +220,10 @@ class Call:
         out = plan.run(self, x) if prepared is None else plan.run(self, x, prepared)
         if plan.grad is not None and wants_grad(self.x):
             out = plan.grad(self, self.x, out)
+        elif vote is not None and hot_args is not None and not plan.detach:
+            hot = HotReplay.of(self.op, hot_args, self.x, self.comm, plan, self.stats, ballot=int(vote[0]))
+            if hot is not None:
+                self.comm.replay_cache.keep_hot(self.op, hot, checked=True)
         return self.result(out)
 
     def _ballot(self, digest: int) -> np.ndarray:
@@ -249,6 +260,7 @@ class Call:
             digest = int.from_bytes(hashlib.blake2b(gathered, digest_size=8).digest(), "little") & _DIGEST_MASK or 1
         cached = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, prepare)
         self.comm.replay_cache.put(self.key, cached, len(self.gathered_raw or b""))
+        self.comm.replay_cache.hot_checked.pop(self.op, None)  # one may hold the plan this one replaces
 
     def validate(self, check: Callable[..., T], *args: Any, need_dims: bool = True) -> T | None:
         """This rank's input taken (``take_input``) and ``check(x, *args)`` (a pure function of

@@ -6,6 +6,12 @@ equal its ones by value and by kind, on an input of the same type, dtype, shape 
 runs the plan's step runners straight away: no signature is built, no plan looked up, and the
 stats are the replay's own (the plan decides them), made when ``rs.last_exchange()`` reads
 them. Anything else is a ``MISS`` and takes the full path.
+
+A checked replay leaves one too (kept apart: ``ReplayCache.hot_checked``). Its call casts the
+vote a ``Call`` would cast for that plan (``ballot``), doing the plan's local work while the
+vote travels, and runs the plan once every rank voted the same. Where they did not, the votes
+are left on the communicator for the ``Call`` that takes over (``ReplayCache.votes``), so that
+no rank votes twice.
 """
 
 from __future__ import annotations
@@ -67,12 +73,13 @@ def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tup
             return MISS
     elif type(comm) is not Comm:
         return MISS  # the full path names the problem
-    kept = comm.replay_cache.hot.get(op)
-    if kept is None or (comm.check if check is None else check) or handles.pending():
+    checked = comm.check if check is None else check
+    kept = (comm.replay_cache.hot_checked if checked else comm.replay_cache.hot).get(op)
+    if kept is None or handles.pending():
         return MISS
     for hot in kept:  # newest first; a loop alternating a few signatures finds each here
         out = hot(comm, args, x)
-        if out is not MISS:
+        if out is not MISS or comm.replay_cache.votes is not None:  # a rank votes once a call
             return out
     return MISS
 
@@ -111,13 +118,16 @@ class HotReplay:
     input it was made for, the plan's step runners, a state they write their counters into,
     and the stats that every such replay ends with (the same each time: the plan decides them)."""
 
-    __slots__ = ("op_code", "args", "ids", "kinds", "x_key", "runners", "lean", "state", "stats", "numpy_in")
+    __slots__ = ("op_code", "args", "ids", "kinds", "x_key", "runners", "lean", "state", "stats", "numpy_in",
+                 "ballot", "prepare")
 
     @classmethod
-    def of(cls, op: str, args: tuple, x: Any, comm: Comm, plan: Any, stats: ExchangeStats) -> HotReplay | None:
-        """The hot form of ``plan``'s replay, or None where ``args`` or ``x`` cannot key one."""
+    def of(cls, op: str, args: tuple, x: Any, comm: Comm, plan: Any, stats: ExchangeStats,
+           ballot: int | None = None) -> HotReplay | None:
+        """The hot form of ``plan``'s replay, or None where ``args`` or ``x`` cannot key one.
+        ``ballot``: a checked replay's vote for the plan (the op's code above its digest)."""
         runners = getattr(plan.run, "runners", None)
-        if runners is None or not (is_numpy(x) or is_torch(x)):
+        if runners is None or not (is_numpy(x) or is_torch(x)) or (is_torch(x) and x.requires_grad):
             return None
         try:
             args = _owned(args)
@@ -132,6 +142,9 @@ class HotReplay:
         hot.lean = getattr(hot.runners[0], "lean", None) if len(hot.runners) == 1 and received else None
         hot.state, hot.numpy_in = ReplayState(op, comm, plan.arrays), plan.numpy_in
         hot.stats = stats.copy()  # apart from the one a caller may hold
+        hot.ballot, hot.prepare = ballot, (plan.prepare if ballot is not None else None)
+        if ballot is not None:
+            hot.lean = None  # the plan's local work runs while the vote travels
         return hot
 
     def __call__(self, comm: Comm, args: tuple, x: Any) -> Any:
@@ -150,6 +163,18 @@ class HotReplay:
         if activity is not None:
             activity.enter_code(self.op_code)
         xt = to_torch(x) if numpy_in else x
+        prepared = None
+        if self.ballot is not None:  # checked: every rank must vote for this plan
+            mine = self.ballot
+            finish = comm.adapter.start_allreduce_max(np.array([mine, -mine], dtype=np.int64), f"{self.state.op} (check)")
+            if self.prepare is not None:
+                prepared = self.prepare(self.state, xt)
+            votes = finish()
+            if int(votes[0]) != mine or -int(votes[1]) != mine:
+                comm.replay_cache.votes = (self.state.op, votes)  # for the Call that takes over
+                if activity is not None:
+                    activity.leave()
+                return MISS
         lean = self.lean
         out = None if lean is None else lean(xt)
         if out is not None:
@@ -158,7 +183,8 @@ class HotReplay:
             state = self.state
             state.stats.received_into = 0
             for run in self.runners:
-                xt = run(state, xt, None)
+                xt = run(state, xt, prepared)
+                prepared = None
             out, received_into = xt, state.stats.received_into
         set_last_replay(self.stats, received_into)
         if activity is not None:

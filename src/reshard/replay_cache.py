@@ -18,6 +18,13 @@ class ReplayCache:
         self.max_plans, self.max_bytes = max_plans, max_bytes
         self._plans: dict[tuple, Any] = {}
         self.hot: dict[str, list] = {}  # op -> its last unchecked replays, newest first (hot_replay.HotReplay)
+        self.hot_checked: dict[str, list] = {}  # op -> its last checked replays, likewise
+        self.votes: tuple[str, Any] | None = None  # (op, votes) a checked hot replay cast and did not run on
+
+    def take_votes(self, op: str) -> Any:
+        """The votes a checked hot replay of ``op`` cast just before this call's ``Call`` (None)."""
+        votes, self.votes = self.votes, None
+        return votes[1] if votes is not None and votes[0] == op else None
 
     def get(self, key: tuple) -> Any:
         return self._plans.get(key)
@@ -28,15 +35,16 @@ class ReplayCache:
             self.clear()
         self._plans[key] = plan
 
-    def keep_hot(self, op: str, hot: Any) -> None:
+    def keep_hot(self, op: str, hot: Any, checked: bool = False) -> None:
         """``hot`` first among ``op``'s hot replays; the oldest beyond ``HOT_PER_OP`` dropped."""
-        kept = self.hot.setdefault(op, [])
+        kept = (self.hot_checked if checked else self.hot).setdefault(op, [])
         kept.insert(0, hot)
         del kept[HOT_PER_OP:]
 
     def clear(self) -> None:
         self._plans.clear()
         self.hot.clear()
+        self.hot_checked.clear()
 
     def __len__(self) -> int:
         return len(self._plans)
