@@ -19,7 +19,6 @@ Three things MPI does not give us for free, and how this file gets them:
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -32,14 +31,11 @@ from ..steps import AllToAll, ExchangeBoxes
 from .base import CallState, ExchangeRun
 from .mpi_forms import PeerSend, boxes_form, split_form, typed_fits, typed_form, typed_path_may_take
 from .shm import VoteBoard
+from .shm_notes import Poll
 
 INT_MAX = 2**31 - 1
 PAIR_TAG = 0x5253  # reshard's point-to-point messages, apart from a user's
 _BLOCK = 1 << 30  # bytes per hindexed block: comfortably below INT_MAX
-_SPIN_S = 0.002  # poll without sleeping this long first: most checks finish within it
-# Longest sleep between polls: a sleeping rank holds back every peer whose part of a nonblocking
-# collective needs its progress, so the pause stays short.
-_PAUSE_MAX_S = 1e-4
 
 
 def as_buffer(a: Any) -> Any:
@@ -80,20 +76,16 @@ class MPIEngine:
         return RankFailed(f"rank {self.rank}: {what} failed in MPI ({text})")
 
     def _wait(self, req: Any, what: str) -> None:
-        """Poll ``req`` until done or the timeout; spin briefly, then back off to sleeps of at most 0.1 ms."""
-        start = time.monotonic()
-        deadline = start + self.timeout
-        pause = 0.0
+        """Poll ``req`` until done or the timeout, pausing as ``shm_notes.Poll`` does (a few
+        spins, then the core handed to others, which a rank being waited for may need, then short sleeps)."""
+        poll = Poll(self.timeout)
         while not req.Test():
-            now = time.monotonic()
-            if now > deadline:
+            if poll.expired():
                 raise CommTimeout(
                     f"rank {self.rank}: {what} waited more than {self.timeout:g} s for its peers "
                     f"(a rank never reached this collective)"
                 )
-            if now - start > _SPIN_S:
-                pause = min(_PAUSE_MAX_S, pause * 2 or 2e-5)
-                time.sleep(pause)
+            poll.pause()
 
     # -- the primitives ops use -------------------------------------------------------------
 
