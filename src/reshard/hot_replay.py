@@ -150,14 +150,17 @@ class HotReplay:
     def __call__(self, comm: Comm, args: tuple, x: Any) -> Any:
         """The replay's result, or ``MISS`` where ``args`` or ``x`` differ from those it was made for."""
         x_key, numpy_in = self.x_key, self.numpy_in
-        if type(x) is not x_key[0] or self.args != args:
+        if type(x) is not x_key[0]:
+            return MISS
+        # The very objects kept (immutable, or compared by identity; lists are kept as copies)
+        # are equal in value and kind; anything else is compared by value, then by kind.
+        if tuple(map(id, args)) != self.ids and (self.args != args or self.kinds != _kinds(args)):
             return MISS
         if x_key[0] is np.ndarray and not numpy_in:  # the common case, compared field by field
-            if x.shape != x_key[2] or x.strides != x_key[3] or x.dtype != x_key[1]:
+            dtype = x_key[1]
+            if x.shape != x_key[2] or x.strides != x_key[3] or x.dtype is not dtype and x.dtype != dtype:
                 return MISS
         elif x_key != _array_key(x, numpy_in):
-            return MISS
-        if tuple(map(id, args)) != self.ids and self.kinds != _kinds(args):  # equal, but of other kinds
             return MISS
         activity = comm.activity
         if activity is not None:
