@@ -58,9 +58,9 @@ def exchange_segments(
 
 def may_overlap(comm: Comm, x: Array) -> bool:
     """Whether an exchange on a sub-communicator of ``comm`` may run on a second thread while
-    this one exchanges on another: the engine allows two groups at once, and ``x`` is off the
-    autograd tape (whose on/off switch belongs to each thread)."""
-    return bool(comm.adapter.concurrent_groups) and not (is_torch(x) and x.requires_grad)
+    this one exchanges on another: the engine allows two groups at once, and ``x`` is neither on
+    the autograd tape nor made in inference mode (both switches belong to each thread)."""
+    return bool(comm.adapter.concurrent_groups) and not (is_torch(x) and (x.requires_grad or x.is_inference()))
 
 
 def start_rows(comm: Comm, x: Array, send: Sequence[int], recv: Sequence[int], what: str, overlap: bool

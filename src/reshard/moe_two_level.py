@@ -101,7 +101,7 @@ def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int
                       "moe.combine (inside the host)")
     partial = moe_sums.host_sums(back, routes.pair_at[1], top_k, routes.held[1], w_other)
     finish = start_rows(across, partial, routes.remote(routes.across_recv), routes.remote(routes.across_send),
-                        "moe.combine (across hosts)", may_overlap(across, expert_outputs))
+                        "moe.combine (across hosts)", may_overlap(across, partial))
     back_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
                           _in_arrival(expert_outputs, routes.blocks, 0), routes.inside_recv[0],
                           routes.inside_send[0], "moe.combine (inside the host)")
