@@ -67,14 +67,15 @@ def test_host_sums_of_integer_rows_add_in_int64_in_every_form(dtype):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(0, 2**31), st.integers(1, 9), st.integers(1, 4))
-def test_sum_over_hosts_adds_each_tokens_rows_in_host_order(seed, tokens, hosts):
+@given(st.integers(0, 2**31), st.integers(1, 9), st.integers(1, 4), st.sampled_from(["float32", "int32"]))
+def test_sum_over_hosts_adds_each_tokens_rows_in_host_order(seed, tokens, hosts, dtype):
     rng = np.random.default_rng(seed)
     runs = [np.sort(rng.choice(tokens, rng.integers(0, tokens + 1), replace=False)) for _ in range(hosts)]
     row_token = np.concatenate(runs).astype(np.int64)
-    back = rng.standard_normal((row_token.size, 2)).astype(np.float32)
-    back[rng.random(back.shape) < 0.1] = -0.0  # a row copied, not added to 0, keeps its sign
-    want = np.zeros((tokens, 2), dtype=np.float32)
+    back = (rng.standard_normal((row_token.size, 2)) * 100).astype(dtype)
+    if dtype == "float32":
+        back[rng.random(back.shape) < 0.1] = -0.0  # a row copied, not added to 0, keeps its sign
+    want = np.zeros((tokens, 2), dtype=dtype)
     seen = np.zeros(tokens, dtype=bool)
     for t, row in zip(row_token, back):  # host-major rows: host order per token
         want[t] = row if not seen[t] else want[t] + row

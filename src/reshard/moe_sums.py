@@ -226,7 +226,7 @@ def sum_over_hosts(blocks: Sequence[tuple[Array, np.ndarray]], num_tokens: int) 
         return out if floating else out.to(first.dtype)
     floating = first.dtype.kind in "fc"
     out = np.full((num_tokens, *trail), -0.0 if floating else 0, dtype=first.dtype if floating else np.int64)
-    target = torch_view(out)
+    target = torch_view(out) if floating else None  # integers widen to int64: numpy adds across dtypes
     for rows, tokens in blocks:
         rows_view = None if target is None else torch_view(rows)
         if rows_view is not None:  # in place, one pass a host
