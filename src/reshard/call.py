@@ -259,8 +259,7 @@ class Call:
         if gathered is not None:
             digest = int.from_bytes(hashlib.blake2b(gathered, digest_size=8).digest(), "little") & _DIGEST_MASK or 1
         cached = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, prepare)
-        self.comm.replay_cache.put(self.key, cached, len(self.gathered_raw or b""))
-        self.comm.replay_cache.hot_checked.pop(self.op, None)  # one may hold the plan this one replaces
+        self.comm.replay_cache.put_for(self.op, self.key, cached, len(self.gathered_raw or b""))
 
     def validate(self, check: Callable[..., T], *args: Any, need_dims: bool = True) -> T | None:
         """This rank's input taken (``take_input``) and ``check(x, *args)`` (a pure function of

@@ -119,7 +119,7 @@ class HotReplay:
     and the stats that every such replay ends with (the same each time: the plan decides them)."""
 
     __slots__ = ("op_code", "args", "ids", "kinds", "x_key", "runners", "lean", "state", "stats", "numpy_in",
-                 "ballot", "prepare")
+                 "ballot", "vote", "vote_what", "prepare")
 
     @classmethod
     def of(cls, op: str, args: tuple, x: Any, comm: Comm, plan: Any, stats: ExchangeStats,
@@ -142,8 +142,9 @@ class HotReplay:
         hot.lean = getattr(hot.runners[0], "lean", None) if len(hot.runners) == 1 and received else None
         hot.state, hot.numpy_in = ReplayState(op, comm, plan.arrays), plan.numpy_in
         hot.stats = stats.copy()  # apart from the one a caller may hold
-        hot.ballot, hot.prepare = ballot, (plan.prepare if ballot is not None else None)
-        if ballot is not None:
+        hot.ballot, hot.vote, hot.vote_what, hot.prepare = ballot, None, f"{op} (check)", None
+        if ballot is not None:  # the vote as a Call casts it (the ballot and its negation), made once
+            hot.vote, hot.prepare = np.array([ballot, -ballot], dtype=np.int64), plan.prepare
             hot.lean = None  # the plan's local work runs while the vote travels
         return hot
 
@@ -167,13 +168,13 @@ class HotReplay:
             activity.enter_code(self.op_code)
         xt = to_torch(x) if numpy_in else x
         prepared = None
-        if self.ballot is not None:  # checked: every rank must vote for this plan
-            mine = self.ballot
-            finish = comm.adapter.start_allreduce_max(np.array([mine, -mine], dtype=np.int64), f"{self.state.op} (check)")
+        if self.vote is not None:  # checked: every rank must vote for this plan
+            finish = comm.adapter.start_allreduce_max(self.vote, self.vote_what)
             if self.prepare is not None:
                 prepared = self.prepare(self.state, xt)
             votes = finish()
-            if int(votes[0]) != mine or -int(votes[1]) != mine:
+            mine = self.ballot
+            if int(votes[0]) != mine or -int(votes[1]) != mine:  # not every rank holds this plan
                 comm.replay_cache.votes = (self.state.op, votes)  # for the Call that takes over
                 if activity is not None:
                     activity.leave()

@@ -54,23 +54,42 @@ class HostRoutes:
     across_send: list[int]
     across_recv: list[int]
     # forwarder, per part (own host, other hosts): each pair sent inside (row of the part * k +
-    # slot, in send order), pairs to each local rank, rows of the part
+    # slot, in send order), pairs to each local rank
     pair_at: tuple[np.ndarray, np.ndarray]
     inside_send: tuple[list[int], list[int]]
-    held: tuple[int, int]
     # expert rank: its blocks (``expert_blocks``), pairs from each local rank per part
     blocks: np.ndarray
     inside_recv: tuple[list[int], list[int]]
-    cross_rows: int  # rows this rank sent to other hosts (the deduplicated count)
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """The forwarder's rows in each part (from its own host, from the others)."""
+        own = self.across_recv[self.mesh.coord[0]]
+        return own, sum(self.across_recv) - own
 
     def own_rows(self) -> slice:
         """The source's rows to its own host, within its rows across (``row_token``)."""
-        at = sum(self.across_send[: self.mesh.coord[0]])
-        return slice(at, at + self.across_send[self.mesh.coord[0]])
+        return own_block(self.across_send, self.mesh.coord[0])
 
-    def remote(self, counts: list[int]) -> list[int]:
-        """``counts`` (one per host) with this host's set to 0: what crosses."""
-        return [0 if h == self.mesh.coord[0] else c for h, c in enumerate(counts)]
+    def tokens_by_host(self) -> list[np.ndarray]:
+        """The source's tokens of its rows to each host, in host order."""
+        return np.split(self.row_token, np.cumsum(self.across_send)[:-1])
+
+
+def own_block(counts: list[int], host: int) -> slice:
+    """Host ``host``'s run among host-major rows of ``counts`` (rows per host)."""
+    at = sum(counts[:host])
+    return slice(at, at + counts[host])
+
+
+def remote(counts: list[int], host: int) -> list[int]:
+    """``counts`` (one per host) with ``host``'s set to 0: what crosses."""
+    return [0 if h == host else c for h, c in enumerate(counts)]
+
+
+def crossing(counts: list[int], host: int) -> np.ndarray:
+    """bool, one per host-major row of ``counts``: whether the row goes to another host."""
+    return np.repeat(np.arange(len(counts)) != host, counts)
 
 
 def host_rows(ids: np.ndarray, kept: np.ndarray, experts_per_host: int, hosts: int) -> np.ndarray:

@@ -49,20 +49,15 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
     # it would wait for their queue to drain)
     routed = _exchanged(parts, "all_to_all_v (routing across hosts)", across, routing, across_send, across_recv,
                         "moe.dispatch (routing)")
-    own_at = sum(across_recv[:host])
-    own = slice(own_at, own_at + across_recv[host])
+    own = moe_hosts.own_block(across_recv, host)
     other = np.r_[0:own.start, own.stop:routed.shape[0]]
     blocks, inside_recv = moe_hosts.expert_blocks(kept_counts, comm.rank, mesh_shape, per_rank)
-    routes = moe_hosts.HostRoutes(mesh, row_token, across_send, across_recv, (None, None), (None, None),
-                                  (own.stop - own.start, other.size), blocks, inside_recv,
-                                  sum(v for h, v in enumerate(across_send) if h != host))
-    crossing = routes.remote(across_send)
-    keep = np.repeat(np.asarray(crossing) > 0, across_send)  # the pack: each token once per other host
-    finish = start_rows(across, take_rows(tokens, row_token[keep]), crossing, routes.remote(across_recv),
+    # the pack: each token once per other host, on its way while the own host's part is forwarded
+    finish = start_rows(across, take_rows(tokens, row_token[moe_hosts.crossing(across_send, host)]),
+                        moe_hosts.remote(across_send, host), moe_hosts.remote(across_recv, host),
                         "moe.dispatch (across hosts)", may_overlap(across, tokens))
-    # while the rows cross: the own host's part, from the tokens themselves
     own_pairs, own_send = moe_hosts.forward_pairs(routed[own], mesh_shape[1], per_rank)
-    own_tokens = row_token[routes.own_rows()]
+    own_tokens = row_token[moe_hosts.own_block(across_send, host)]
     received_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
                               take_rows(tokens, own_tokens[own_pairs // top_k]), own_send, inside_recv[0],
                               "moe.dispatch (inside the host)")
@@ -72,7 +67,8 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
     received = _exchanged(parts, "all_to_all_v (inside the host, other hosts' tokens)", inside,
                           take_rows(arrived, other_pairs // top_k), other_send, inside_recv[1],
                           "moe.dispatch (inside the host)")
-    routes.pair_at, routes.inside_send = (own_pairs, other_pairs), (own_send, other_send)
+    routes = moe_hosts.HostRoutes(mesh, row_token, across_send, across_recv, (own_pairs, other_pairs),
+                                  (own_send, other_send), blocks, inside_recv)
     received_by_part = (received_own, received)
     expert_inputs = _joined([received_by_part[p][a : a + n] for p, a, _, n in blocks.tolist()], received)
     stats = moe_hosts.merged_stats("moe.dispatch", parts)
@@ -90,17 +86,17 @@ def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int
     w_own = w_other = None
     if weights is not None:  # each row's gate weights travel to its forwarder (k numbers a row)
         w = weights.reshape(num_tokens, top_k)
-        crossing = np.repeat(np.asarray(routes.remote(routes.across_send)) > 0, routes.across_send)
         w_other = _exchanged(parts, "all_to_all_v (weights across hosts)", across,
-                             take_rows(w, routes.row_token[crossing]), routes.remote(routes.across_send),
-                             routes.remote(routes.across_recv), "moe.combine (weights)")
+                             take_rows(w, routes.row_token[moe_hosts.crossing(routes.across_send, host)]),
+                             moe_hosts.remote(routes.across_send, host), moe_hosts.remote(routes.across_recv, host),
+                             "moe.combine (weights)")
         w_own = take_rows(w, routes.row_token[routes.own_rows()])
     # the other hosts' part first, so that it starts back across as early as it can
     back = _exchanged(parts, "all_to_all_v (inside the host, other hosts' tokens)", inside,
                       _in_arrival(expert_outputs, routes.blocks, 1), routes.inside_recv[1], routes.inside_send[1],
                       "moe.combine (inside the host)")
     partial = moe_sums.host_sums(back, routes.pair_at[1], top_k, routes.held[1], w_other)
-    finish = start_rows(across, partial, routes.remote(routes.across_recv), routes.remote(routes.across_send),
+    finish = start_rows(across, partial, moe_hosts.remote(routes.across_recv, host), moe_hosts.remote(routes.across_send, host),
                         "moe.combine (across hosts)", may_overlap(across, partial))
     back_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
                           _in_arrival(expert_outputs, routes.blocks, 0), routes.inside_recv[0],
@@ -109,13 +105,12 @@ def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int
     home, stats = finish()
     parts.append(("all_to_all_v (across hosts)", stats))
     blocks, at = [], 0
-    for h, rows in enumerate(routes.across_send):
-        tokens = routes.row_token[sum(routes.across_send[:h]) :][:rows]
+    for h, tokens in enumerate(routes.tokens_by_host()):
         if h == host:
             blocks.append((partial_own, tokens))
         else:
-            blocks.append((home[at : at + rows], tokens))
-            at += rows
+            blocks.append((home[at : at + tokens.size], tokens))
+            at += tokens.size
     out = moe_sums.sum_over_hosts(blocks, num_tokens)
     moe_hosts.merged_stats("moe.combine", parts)
     return out

@@ -35,6 +35,12 @@ class ReplayCache:
             self.clear()
         self._plans[key] = plan
 
+    def put_for(self, op: str, key: tuple, plan: Any, record_bytes: int) -> None:
+        """``put``, for a plan of ``op``: its checked hot replays go, as one may hold the plan
+        this one replaces (they are kept by arguments, not by signature)."""
+        self.put(key, plan, record_bytes)
+        self.hot_checked.pop(op, None)
+
     def keep_hot(self, op: str, hot: Any, checked: bool = False) -> None:
         """``hot`` first among ``op``'s hot replays; the oldest beyond ``HOT_PER_OP`` dropped."""
         kept = (self.hot_checked if checked else self.hot).setdefault(op, [])
