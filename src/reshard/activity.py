@@ -1,6 +1,6 @@
 """Where a rank is: its collective calls counted, and the one it is in now, in a small file
 shared with the process that started it (``rs.spawn``), which reads it when the rank overruns
-its time. Writing is two integer stores into a mapped page, cheap enough for every call.
+its time. Writing is one integer store into a mapped page, cheap enough for every call.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 OPS = ("", "all_to_all", "all_to_all_v", "all_gather", "gather", "reduce_scatter", "all_reduce",
        "redistribute", "moe.dispatch", "moe.combine", "barrier", "a collective")
 _CODE = {name: i for i, name in enumerate(OPS)}
-_SLOTS = 3  # calls so far, the op now running (0: none), the last op entered
+_SLOTS = 1  # one word: the calls so far, the last op entered and the op running now (0: none)
+_CODE_BITS = 8
 
 
 def op_code(op: str) -> int:
@@ -21,7 +22,8 @@ def op_code(op: str) -> int:
 
 
 class Activity:
-    """The writer, in the rank: ``enter(op)`` when a collective starts, ``leave()`` when it returns."""
+    """The writer, in the rank: ``enter(op)`` when a collective starts, ``leave()`` when it
+    returns; each one store of one word (calls, last op, current op), as a replay counts each."""
 
     def __init__(self, path: str):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -32,6 +34,7 @@ class Activity:
             os.close(fd)
         self._slots = memoryview(self._map).cast("q")
         self.calls = 0
+        self._left = 0  # the word once the current call returned: its current op cleared
 
     def enter(self, op: str) -> None:
         self.enter_code(op_code(op))
@@ -39,13 +42,11 @@ class Activity:
     def enter_code(self, code: int) -> None:
         """``enter`` with the op's code (``op_code``) worked out already."""
         self.calls += 1
-        slots = self._slots
-        slots[0] = self.calls
-        slots[1] = code
-        slots[2] = code
+        left = self._left = (self.calls << 2 * _CODE_BITS) | (code << _CODE_BITS)
+        self._slots[0] = left | code
 
     def leave(self) -> None:
-        self._slots[1] = 0
+        self._slots[0] = self._left
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,9 @@ def read(path: str) -> Seen | None:
         return None
     if len(raw) < 8 * _SLOTS:
         return None
-    calls, current, last = (int.from_bytes(raw[8 * i : 8 * i + 8], "little", signed=True) for i in range(_SLOTS))
+    word = int.from_bytes(raw[:8], "little", signed=True)
+    mask = (1 << _CODE_BITS) - 1
+    calls, last, current = word >> 2 * _CODE_BITS, (word >> _CODE_BITS) & mask, word & mask
 
     def name(code: int) -> str:
         return OPS[code] if 0 <= code < len(OPS) else "a collective"

@@ -78,7 +78,7 @@ def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tup
     if kept is None or handles.pending():
         return MISS
     for hot in kept:  # newest first; a loop alternating a few signatures finds each here
-        out = hot(comm, args, x)
+        out = hot.run(comm, args, x)
         if out is not MISS or comm.replay_cache.votes is not None:  # a rank votes once a call
             return out
     return MISS
@@ -92,10 +92,16 @@ def _array_key(x: Any, numpy_in: bool) -> tuple:
     return (type(x), x.dtype, x.device, x.shape, x.is_contiguous(), x.requires_grad)
 
 
-def _kinds(args: tuple) -> tuple:
-    """The types of ``args`` and of the items of their sequences: what ``==`` does not see
+def _kind(arg: Any) -> Any:
+    """The type of ``arg`` and of the items of a sequence: what ``==`` does not see
     (``True == 1``, ``4.0 == 4``), where the full path refuses a bool or a float."""
-    return tuple([(type(a), *map(type, a)) if type(a) in (tuple, list) else type(a) for a in args])
+    return (type(arg), *map(type, arg)) if type(arg) in (tuple, list) else type(arg)
+
+
+def _may_hide_a_kind(arg: Any) -> bool:
+    """Whether ``==`` may call ``arg`` equal to a value of another kind: numbers, and
+    sequences (their items, or a sequence of another type holding equal ones)."""
+    return not (arg is None or type(arg) is str or type(arg) in (Shard, Partial, Replicate))
 
 
 def _owned(value: Any) -> Any:
@@ -118,8 +124,8 @@ class HotReplay:
     input it was made for, the plan's step runners, a state they write their counters into,
     and the stats that every such replay ends with (the same each time: the plan decides them)."""
 
-    __slots__ = ("op_code", "args", "ids", "kinds", "x_key", "runners", "lean", "state", "stats", "numpy_in",
-                 "ballot", "vote", "vote_what", "prepare")
+    __slots__ = ("op_code", "args", "kind_checks", "x_key", "runners", "lean", "state", "stats", "numpy_in",
+                 "ballot", "vote", "vote_what", "prepare", "run")
 
     @classmethod
     def of(cls, op: str, args: tuple, x: Any, comm: Comm, plan: Any, stats: ExchangeStats,
@@ -134,7 +140,9 @@ class HotReplay:
         except TypeError:
             return None
         hot = cls()
-        hot.args, hot.ids, hot.kinds, hot.x_key = args, tuple(map(id, args)), _kinds(args), _array_key(x, plan.numpy_in)
+        hot.args, hot.x_key = args, _array_key(x, plan.numpy_in)
+        # where == alone may pass an argument of another kind: its position and its kind
+        hot.kind_checks = tuple([(i, _kind(a)) for i, a in enumerate(args) if _may_hide_a_kind(a)])
         hot.op_code, hot.runners = op_code(op), tuple(run for _, run in runners)
         # One step that receives into its result, whose counters the stats hold already: its lean form.
         into = stats.received_into
@@ -146,17 +154,59 @@ class HotReplay:
         if ballot is not None:  # the vote as a Call casts it (the ballot and its negation), made once
             hot.vote, hot.prepare = np.array([ballot, -ballot], dtype=np.int64), plan.prepare
             hot.lean = None  # the plan's local work runs while the vote travels
+        hot.run = hot.numpy_form() or hot.__call__
         return hot
+
+    def numpy_form(self) -> Any:
+        """The common replay, a numpy array in and out, unchecked, one step that allocates its
+        result, as one closure over what it compares (``run``): each attribute read and call
+        saved shows beside a 64 KiB exchange. Anything it does not expect goes to ``__call__``."""
+        if self.vote is not None or self.lean is None or self.x_key[0] is not np.ndarray or self.numpy_in:
+            return None
+        _, dtype, shape, strides, _ = self.x_key
+        kept, kind_checks, lean, stats, code, general = self.args, self.kind_checks, self.lean, self.stats, self.op_code, self.__call__
+        ndarray = np.ndarray
+
+        def run(comm: Comm, args: tuple, x: Any) -> Any:
+            if type(x) is not ndarray or x.dtype is not dtype or x.shape != shape or x.strides != strides:
+                return general(comm, args, x)
+            try:
+                if kept != args:
+                    return MISS
+            except Exception:  # an argument whose == cannot say (an array): the full path judges it
+                return MISS
+            for i, kind in kind_checks:
+                if args[i] is not kept[i] and _kind(args[i]) != kind:
+                    return MISS
+            activity = comm.activity
+            if activity is not None:
+                activity.enter_code(code)
+            out = lean(x)
+            if activity is not None:
+                activity.leave()
+            if out is None:  # the engine freed what the step kept: the general form makes it again
+                return general(comm, args, x)
+            set_last_replay(stats, _weak_ref(out))
+            return out
+
+        return run
 
     def __call__(self, comm: Comm, args: tuple, x: Any) -> Any:
         """The replay's result, or ``MISS`` where ``args`` or ``x`` differ from those it was made for."""
         x_key, numpy_in = self.x_key, self.numpy_in
         if type(x) is not x_key[0]:
             return MISS
-        # The very objects kept (immutable, or compared by identity; lists are kept as copies)
-        # are equal in value and kind; anything else is compared by value, then by kind.
-        if tuple(map(id, args)) != self.ids and (self.args != args or self.kinds != _kinds(args)):
+        # By value (one comparison in C, which passes the very objects kept at once), then by
+        # kind where == may hide one and the object is not the one kept (lists are kept as copies).
+        kept = self.args
+        try:
+            if kept != args:
+                return MISS
+        except Exception:  # an argument whose == cannot say (an array): the full path judges it
             return MISS
+        for i, kind in self.kind_checks:
+            if args[i] is not kept[i] and _kind(args[i]) != kind:
+                return MISS
         if x_key[0] is np.ndarray and not numpy_in:  # the common case, compared field by field
             dtype = x_key[1]
             if x.shape != x_key[2] or x.strides != x_key[3] or x.dtype is not dtype and x.dtype != dtype:
