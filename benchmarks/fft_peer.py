@@ -2,7 +2,7 @@
 
     apt-get install libfftw3-dev          # FFTW's headers, which mpi4py-fft's build needs
     .venv/bin/python -m pip install --no-deps --target benchmarks/.peers mpi4py-fft==2.0.6
-    PYTHONPATH=benchmarks/.peers .venv/bin/python benchmarks/fft_peer.py [--n 128] [--repeats 7]
+    PYTHONPATH=benchmarks/.peers .venv/bin/python benchmarks/fft_peer.py [--n 128] [--repeats 15]
 
 mpi4py-fft is the peer: it lives in that folder only, never in reshard's dependencies. On 4 MPI
 ranks, an n^3 complex128 array, numpy's FFT on both sides: a slab (reshard's 1x4 mesh against
@@ -36,7 +36,9 @@ def slowest(comm, seconds: float) -> float:
 
 
 def timed(comm, fn) -> float:
-    comm.barrier()
+    """The slowest rank's seconds for ``fn``, every rank starting from MPI's own barrier (it
+    spins, so ranks leave it together; reshard's polling one backs off to sleeps)."""
+    comm.mpi_comm.Barrier()
     started = time.perf_counter()
     fn()
     return slowest(comm, time.perf_counter() - started)
@@ -136,7 +138,7 @@ def job(comm, n: int, repeats: int) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     rows = rs.spawn(job, 4, engine="mpi", args=(args.n, args.repeats), timeout=1800)[0]
