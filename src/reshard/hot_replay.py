@@ -104,6 +104,21 @@ def _may_hide_a_kind(arg: Any) -> bool:
     return not (arg is None or type(arg) is str or type(arg) in (Shard, Partial, Replicate))
 
 
+def _args_match(kept: tuple, kind_checks: tuple, args: tuple) -> bool:
+    """Whether ``args`` equal the ``kept`` ones by value (one comparison in C, which passes the
+    very objects kept at once), then by kind where ``==`` may hide one (``kind_checks``: the
+    positions and kinds) and the object is not the one kept (lists are kept as copies)."""
+    try:
+        if kept != args:
+            return False
+    except Exception:  # an argument whose == cannot say (an array): the full path judges it
+        return False
+    for i, kind in kind_checks:
+        if args[i] is not kept[i] and _kind(args[i]) != kind:
+            return False
+    return True
+
+
 def _owned(value: Any) -> Any:
     """``value`` as a hot replay keeps it to compare with later calls' arguments: lists copied
     (a caller may change theirs in place), objects that compare by identity (a mesh) as they
@@ -170,10 +185,10 @@ class HotReplay:
         def run(comm: Comm, args: tuple, x: Any) -> Any:
             if type(x) is not ndarray or x.dtype is not dtype or x.shape != shape or x.strides != strides:
                 return general(comm, args, x)
-            try:
+            try:  # _args_match written out: a call fewer
                 if kept != args:
                     return MISS
-            except Exception:  # an argument whose == cannot say (an array): the full path judges it
+            except Exception:
                 return MISS
             for i, kind in kind_checks:
                 if args[i] is not kept[i] and _kind(args[i]) != kind:
@@ -196,17 +211,8 @@ class HotReplay:
         x_key, numpy_in = self.x_key, self.numpy_in
         if type(x) is not x_key[0]:
             return MISS
-        # By value (one comparison in C, which passes the very objects kept at once), then by
-        # kind where == may hide one and the object is not the one kept (lists are kept as copies).
-        kept = self.args
-        try:
-            if kept != args:
-                return MISS
-        except Exception:  # an argument whose == cannot say (an array): the full path judges it
+        if not _args_match(self.args, self.kind_checks, args):
             return MISS
-        for i, kind in self.kind_checks:
-            if args[i] is not kept[i] and _kind(args[i]) != kind:
-                return MISS
         if x_key[0] is np.ndarray and not numpy_in:  # the common case, compared field by field
             dtype = x_key[1]
             if x.shape != x_key[2] or x.strides != x_key[3] or x.dtype is not dtype and x.dtype != dtype:
