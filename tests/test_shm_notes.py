@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import reshard as rs
-from reshard.engines.shm_notes import LINE_WORDS, Mailbox
+from reshard.engines.shm_notes import LINE_WORDS, Mailbox, cores_here, spins_for
 
 
 def mailboxes(size: int, timeout: float = 5.0, pids: dict | None = None) -> list[Mailbox]:
@@ -67,3 +67,11 @@ def test_a_peer_whose_process_ended_is_named():
     a.post(1, 0, 4)
     with pytest.raises(rs.RankFailed, match=r"rank 0: an exchange: rank\(s\) 1 gone"):
         a.settle([], [1], outbox_reader({}), "an exchange")
+
+
+def test_a_wait_spins_only_where_every_rank_has_a_core_of_its_own():
+    """Where ranks share cores, the rank waited for may need this one: no spinning first."""
+    cores = cores_here()
+    assert spins_for(cores) > 0
+    assert spins_for(cores + 1) == 0
+    assert mailboxes(cores + 1)[0].spins == 0

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import settings
 from ..errors import CommTimeout, RankFailed
-from .shm_notes import Mailbox, Poll, alive, usable_here
+from .shm_notes import Mailbox, Poll, alive, spins_for, usable_here
 
 _ALIGN = 64  # every message starts on a cache line
 # Where notes go as gloo messages, a smaller message goes by gloo's own path: its one hop
@@ -250,6 +250,7 @@ class VoteBoard:
         self.rank, self.timeout, self.two_level, self.across = rank, timeout, two_level, across
         self.mine, self.peers, self.pids = mine, peers, pids
         self.leader = min(rank, *peers)
+        self.spins = spins_for(len(peers) + 1)
         self.seq = 0
         self.files: list[int] = []  # descriptors the board holds open (its own memory file, its peers')
 
@@ -363,7 +364,7 @@ class VoteBoard:
         A peer whose process ended is named at once, or, with ``gone`` given, put there and
         the wait ends with the boards ready so far."""
         waiting, ready = dict(boards), []
-        poll = Poll(self.timeout)
+        poll = Poll(self.timeout, self.spins)
         while waiting:
             for q, board in list(waiting.items()):
                 if board[at] == seq:
