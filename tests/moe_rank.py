@@ -264,3 +264,48 @@ def run_pipeline(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
         except Exception:
             out.append(traceback.format_exc())
     return out
+
+
+def across_left_behind(comm: rs.Comm) -> tuple[str, list[str]]:
+    """Hosts [0, 0, 1, 1], a short timeout. Host 1's ranks fail before their rows start across
+    the hosts; host 0's fail in the exchange inside their host, after theirs started on a thread
+    of its own (it waits for host 1 until the timeout). Returns the error this rank saw and the
+    names of the exchange threads still running once dispatch had raised."""
+    import threading
+
+    from reshard import moe_two_level
+
+    comm.hosts, comm.hosts_mesh = [0, 0, 1, 1], None
+    kept_timeout = comm.timeout
+    comm.timeout = comm.adapter.timeout = 3.0  # the host communicators are made with it
+    case = dict(seed=8, tokens=[6, 6, 6, 6], hidden=2, experts=4, k=2, dtype="float32")
+    tokens, ids, _ = moe_inputs(case, comm.rank)
+
+    def refused(*args, **kwargs):
+        raise rs.ReshardError(f"rank {comm.rank}: refused here")
+
+    exchanged, start_rows = moe_two_level._exchanged, moe_two_level.start_rows
+
+    def inside_refused(parts, what, *args):
+        if "inside the host" in what:
+            refused()
+        return exchanged(parts, what, *args)
+
+    def across_refused(comm, x, send, recv, what, overlap):
+        if what == "moe.dispatch (across hosts)":
+            refused()
+        return start_rows(comm, x, send, recv, what, overlap)
+
+    if comm.hosts[comm.rank] == 1:
+        moe_two_level.start_rows = across_refused
+    else:
+        moe_two_level._exchanged = inside_refused
+    try:
+        rs.moe.dispatch(tokens, ids, num_experts=4, algorithm="hierarchical")
+        seen = "no error"
+    except rs.ReshardError as exc:
+        seen = str(exc)
+    running = [t.name for t in threading.enumerate() if t.name.startswith("reshard moe.dispatch")]
+    comm.timeout = comm.adapter.timeout = kept_timeout
+    comm.barrier()  # host 1's ranks stay until host 0's have looked
+    return seen, running

@@ -103,6 +103,15 @@ def test_dispatch_combine_edge_cases(engine):
         assert problems == [None] * len(cases), (rank, [(c, p) for c, p in zip(cases, problems) if p])
 
 
+def test_a_failed_dispatch_leaves_no_exchange_running_behind_it():
+    """The rows across the hosts run on a thread of their own while the exchange inside the host
+    runs here; when that one raises, dispatch waits for the thread before the error goes on."""
+    results = rs.spawn(moe_rank.across_left_behind, 4, engine="gloo", timeout=120)
+    for rank, (seen, running) in enumerate(results):
+        assert f"rank {rank}: refused here" in seen, (rank, seen)
+        assert running == [], (rank, running)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_all_to_all_v_on_every_engine(engine):
     cases = [dict(counts=[[0, 3, 1], [2, 0, 0], [4, 4, 4]], trail=(2,), dtype=d, kind=k)

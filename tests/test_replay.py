@@ -140,6 +140,12 @@ def test_bad_input_after_a_plan_raises_on_every_rank(engine, change):
 
 
 @NEEDS_MPI
+def test_votes_left_by_a_call_that_raised_are_not_taken_by_the_next():
+    # taken, rank 0 would skip its vote while the others wait for it until the timeout
+    assert rs.spawn(replay_rank.after_stale_votes, 3, engine="mpi", timeout=20) == [True] * 3
+
+
+@NEEDS_MPI
 def test_freed_datatypes_are_never_replayed():
     for calls in rs.spawn(replay_rank.types_freed_between_calls, 3, engine="mpi"):
         assert [ok for ok, _ in calls] == [True] * 3, calls

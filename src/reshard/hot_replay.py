@@ -73,9 +73,13 @@ def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tup
             return MISS
     elif type(comm) is not Comm:
         return MISS  # the full path names the problem
-    checked = comm.check if check is None else check
-    kept = (comm.replay_cache.hot_checked if checked else comm.replay_cache.hot).get(op)
-    if kept is None or handles.pending():
+    if handles.pending():
+        return MISS
+    cache = comm.replay_cache
+    if cache.votes is not None:  # cast by a call that raised before its Call took them: stale
+        cache.votes = None
+    kept = (cache.hot_checked if (comm.check if check is None else check) else cache.hot).get(op)
+    if kept is None:
         return MISS
     for hot in kept:  # newest first; a loop alternating a few signatures finds each here
         out = hot.run(comm, args, x)

@@ -63,8 +63,27 @@ def may_overlap(comm: Comm, x: Array) -> bool:
     return bool(comm.adapter.concurrent_groups) and not (is_torch(x) and (x.requires_grad or x.is_inference()))
 
 
+class Started:
+    """An exchange ``start_rows`` began: calling it finishes it and gives (result, its stats)."""
+
+    def __init__(self, finish: Callable[[], tuple[Array, ExchangeStats]], thread: threading.Thread | None = None,
+                 timeout: float = 0.0) -> None:
+        self._finish, self._thread, self._timeout = finish, thread, timeout
+
+    def __call__(self) -> tuple[Array, ExchangeStats]:
+        return self._finish()
+
+    def abandon(self) -> None:
+        """Where the caller's own work raised before finishing this: wait for the exchange's
+        thread to end (its exchange is bounded by the timeout), so that none is left running
+        behind the error. One blocked in an engine that cannot time out (MPI's blocking
+        exchange) is left after the timeout."""
+        if self._thread is not None:
+            self._thread.join(self._timeout + 5.0)
+
+
 def start_rows(comm: Comm, x: Array, send: Sequence[int], recv: Sequence[int], what: str, overlap: bool
-               ) -> Callable[[], tuple[Array, ExchangeStats]]:
+               ) -> Started:
     """``all_to_all_v`` of ``x``'s rows on ``comm`` (one segment), begun now; calling the result
     finishes it and gives (result, its stats). With ``overlap`` the exchange runs on a thread
     of its own (its call is made here, so it is ordered after the calls started before it);
@@ -74,7 +93,7 @@ def start_rows(comm: Comm, x: Array, send: Sequence[int], recv: Sequence[int], w
     plan = planner.all_to_all_v(call.rank, call.size, [(list(send), list(recv))], op=what)
     if not overlap:
         out = execute.run(call, x, plan, backward=lambda: plan.reverse())
-        return lambda: (out, call.stats)
+        return Started(lambda: (out, call.stats))
     done: dict[str, Any] = {}
 
     def run() -> None:
@@ -92,4 +111,4 @@ def start_rows(comm: Comm, x: Array, send: Sequence[int], recv: Sequence[int], w
             raise done["error"]
         return done["out"], call.stats
 
-    return finish
+    return Started(finish, thread, comm.timeout)

@@ -56,12 +56,16 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
     finish = start_rows(across, take_rows(tokens, row_token[moe_hosts.crossing(across_send, host)]),
                         moe_hosts.remote(across_send, host), moe_hosts.remote(across_recv, host),
                         "moe.dispatch (across hosts)", may_overlap(across, tokens))
-    own_pairs, own_send = moe_hosts.forward_pairs(routed[own], mesh_shape[1], per_rank)
-    own_tokens = row_token[moe_hosts.own_block(across_send, host)]
-    received_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
-                              take_rows(tokens, own_tokens[own_pairs // top_k]), own_send, inside_recv[0],
-                              "moe.dispatch (inside the host)")
-    arrived, stats = finish()
+    try:
+        own_pairs, own_send = moe_hosts.forward_pairs(routed[own], mesh_shape[1], per_rank)
+        own_tokens = row_token[moe_hosts.own_block(across_send, host)]
+        received_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
+                                  take_rows(tokens, own_tokens[own_pairs // top_k]), own_send, inside_recv[0],
+                                  "moe.dispatch (inside the host)")
+        arrived, stats = finish()
+    except BaseException:
+        finish.abandon()
+        raise
     parts.append(("all_to_all_v (across hosts)", stats))
     other_pairs, other_send = moe_hosts.forward_pairs(routed[other], mesh_shape[1], per_rank)
     received = _exchanged(parts, "all_to_all_v (inside the host, other hosts' tokens)", inside,
@@ -98,11 +102,15 @@ def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int
     partial = moe_sums.host_sums(back, routes.pair_at[1], top_k, routes.held[1], w_other)
     finish = start_rows(across, partial, moe_hosts.remote(routes.across_recv, host), moe_hosts.remote(routes.across_send, host),
                         "moe.combine (across hosts)", may_overlap(across, partial))
-    back_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
-                          _in_arrival(expert_outputs, routes.blocks, 0), routes.inside_recv[0],
-                          routes.inside_send[0], "moe.combine (inside the host)")
-    partial_own = moe_sums.host_sums(back_own, routes.pair_at[0], top_k, routes.held[0], w_own)
-    home, stats = finish()
+    try:
+        back_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
+                              _in_arrival(expert_outputs, routes.blocks, 0), routes.inside_recv[0],
+                              routes.inside_send[0], "moe.combine (inside the host)")
+        partial_own = moe_sums.host_sums(back_own, routes.pair_at[0], top_k, routes.held[0], w_own)
+        home, stats = finish()
+    except BaseException:
+        finish.abandon()
+        raise
     parts.append(("all_to_all_v (across hosts)", stats))
     blocks, at = [], 0
     for h, tokens in enumerate(routes.tokens_by_host()):
