@@ -96,6 +96,14 @@ def test_case(engine: str, n: int, index: int) -> None:
 
 
 @pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+def test_a_one_element_piece_of_a_strided_input_moves_on_gloo() -> None:
+    """A tensor of one element counts as contiguous whatever its stride: the rank holding one
+    element of a strided input sends it as any other piece (here through shared memory)."""
+    cases = [dict(op="all_to_all", shape=(8,), s=0, c=0, lengths=[3, 0, 4, 1], split=None, dtype="float32",
+                  kind=kind, layout="strided") for kind in ("torch", "numpy")]
+    assert rs.spawn(run_cases, 4, engine="gloo", args=(cases,), timeout=60) == [[None, None]] * 4
+
+
 def test_torch_really_blocked_in_numpy_only_ranks() -> None:
     """The numpy-only run means something only if torch truly could not load there."""
     _, per_rank = results_for("mpi-notorch", 2)

@@ -33,6 +33,15 @@ ACK_TAG = PAIR_TAG + 2  # and that the receiver has read it
 _ENGINE_FAILURES = (RuntimeError, ConnectionError, OSError)
 
 
+def as_bytes(buf: Any) -> Any:
+    """A contiguous 1-D tensor's bytes, as a uint8 view. A tensor of one element counts as
+    contiguous whatever its stride, and torch views bytes only through a stride of 1: such a
+    one gets that stride (the same memory)."""
+    if buf.numel() <= 1 and buf.stride(-1) != 1:
+        buf = buf.as_strided((buf.numel(),), (1,))
+    return buf.view(torch.uint8)
+
+
 def engine_error(exc: BaseException, what: str, rank: int, timeout: float) -> CommTimeout | RankFailed:
     """The engine's error as a CommTimeout / RankFailed that says what happened."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -180,16 +189,16 @@ class TorchEngine:
             for peer, buf in recvs:
                 if local is not None and local.reaches(peer, buf.numel() * buf.element_size()):
                     if mailbox is not None:
-                        incoming.append((peer, buf.view(torch.uint8)))
+                        incoming.append((peer, as_bytes(buf)))
                         continue
                     note = torch.empty(2, dtype=torch.int64)
-                    notes.append((peer, buf.view(torch.uint8), note, group.recv([note], peer, NOTE_TAG)))
+                    notes.append((peer, as_bytes(buf), note, group.recv([note], peer, NOTE_TAG)))
                 else:
                     works.append(group.recv([buf], peer, PAIR_TAG))
             for peer, buf in sends:
                 if local is not None and local.reaches(peer, buf.numel() * buf.element_size()):
                     # where the message lies in the outbox; the peer reads it and says so
-                    raw = buf.view(torch.uint8)
+                    raw = as_bytes(buf)
                     offset = local.outbox.place(raw) if raw.numel() else 0  # an empty message lies nowhere
                     if mailbox is not None:
                         mailbox.post(peer, offset, raw.numel())
