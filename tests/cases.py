@@ -54,6 +54,11 @@ def all_cases(n: int, kinds: tuple[str, ...] = ("torch", "numpy")) -> list[dict]
         for kind in kinds:
             for shape, s, c in [((6, 6), 1, 0), ((7, 5), 0, 1), ((3, 4, 5), 1, 2), ((5, 4), 1, 1)]:
                 cases.append(dict(op="all_to_all", shape=shape, s=s, c=c, dtype="int32", kind=kind, layout=layout))
+    # one element a rank, every piece one element of a strided view (contiguous by torch's rule)
+    for layout in ("strided", "negstride"):
+        for kind in kinds:
+            cases.append(dict(op="all_to_all", shape=(n,), s=0, c=0, lengths=[1] * n, dtype="float32", kind=kind,
+                              layout=layout))
     for shape, s, c in [((6, 6), 1, 0), ((3, 4, 5), 2, 1)]:
         cases.append(dict(op="all_to_all", shape=shape, s=s, c=c, dtype="float32", kind=kinds[0], neg=True))
     # gather family
