@@ -64,7 +64,8 @@ def may_overlap(comm: Comm, x: Array) -> bool:
 
 
 class Started:
-    """An exchange ``start_rows`` began: calling it finishes it and gives (result, its stats)."""
+    """An exchange ``start_rows`` began: calling it finishes it and gives (result, its stats).
+    Used as a context manager, it is abandoned (``abandon``) where the block raises."""
 
     def __init__(self, finish: Callable[[], tuple[Array, ExchangeStats]], thread: threading.Thread | None = None,
                  timeout: float = 0.0) -> None:
@@ -72,6 +73,13 @@ class Started:
 
     def __call__(self) -> tuple[Array, ExchangeStats]:
         return self._finish()
+
+    def __enter__(self) -> Started:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if kind is not None:
+            self.abandon()
 
     def abandon(self) -> None:
         """Where the caller's own work raised before finishing this: wait for the exchange's

@@ -53,19 +53,15 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
     other = np.r_[0:own.start, own.stop:routed.shape[0]]
     blocks, inside_recv = moe_hosts.expert_blocks(kept_counts, comm.rank, mesh_shape, per_rank)
     # the pack: each token once per other host, on its way while the own host's part is forwarded
-    finish = start_rows(across, take_rows(tokens, row_token[moe_hosts.crossing(across_send, host)]),
-                        moe_hosts.remote(across_send, host), moe_hosts.remote(across_recv, host),
-                        "moe.dispatch (across hosts)", may_overlap(across, tokens))
-    try:
+    with start_rows(across, take_rows(tokens, row_token[moe_hosts.crossing(across_send, host)]),
+                    moe_hosts.remote(across_send, host), moe_hosts.remote(across_recv, host),
+                    "moe.dispatch (across hosts)", may_overlap(across, tokens)) as finish:
         own_pairs, own_send = moe_hosts.forward_pairs(routed[own], mesh_shape[1], per_rank)
         own_tokens = row_token[moe_hosts.own_block(across_send, host)]
         received_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
                                   take_rows(tokens, own_tokens[own_pairs // top_k]), own_send, inside_recv[0],
                                   "moe.dispatch (inside the host)")
         arrived, stats = finish()
-    except BaseException:
-        finish.abandon()
-        raise
     parts.append(("all_to_all_v (across hosts)", stats))
     other_pairs, other_send = moe_hosts.forward_pairs(routed[other], mesh_shape[1], per_rank)
     received = _exchanged(parts, "all_to_all_v (inside the host, other hosts' tokens)", inside,
@@ -100,17 +96,14 @@ def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int
                       _in_arrival(expert_outputs, routes.blocks, 1), routes.inside_recv[1], routes.inside_send[1],
                       "moe.combine (inside the host)")
     partial = moe_sums.host_sums(back, routes.pair_at[1], top_k, routes.held[1], w_other)
-    finish = start_rows(across, partial, moe_hosts.remote(routes.across_recv, host), moe_hosts.remote(routes.across_send, host),
-                        "moe.combine (across hosts)", may_overlap(across, partial))
-    try:
+    with start_rows(across, partial, moe_hosts.remote(routes.across_recv, host),
+                    moe_hosts.remote(routes.across_send, host), "moe.combine (across hosts)",
+                    may_overlap(across, partial)) as finish:
         back_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
                               _in_arrival(expert_outputs, routes.blocks, 0), routes.inside_recv[0],
                               routes.inside_send[0], "moe.combine (inside the host)")
         partial_own = moe_sums.host_sums(back_own, routes.pair_at[0], top_k, routes.held[0], w_own)
         home, stats = finish()
-    except BaseException:
-        finish.abandon()
-        raise
     parts.append(("all_to_all_v (across hosts)", stats))
     blocks, at = [], 0
     for h, tokens in enumerate(routes.tokens_by_host()):

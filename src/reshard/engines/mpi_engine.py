@@ -78,7 +78,7 @@ class MPIEngine:
     def _wait(self, req: Any, what: str) -> None:
         """Poll ``req`` until done or the timeout, pausing as ``shm_notes.Poll`` does (a few
         spins, then the core handed to others, which a rank being waited for may need, then short sleeps)."""
-        poll = Poll(self.timeout, self._board.spins if self._board else 64)
+        poll = Poll(self.timeout, self._board.spins) if self._board else Poll(self.timeout)
         while not req.Test():
             if poll.expired():
                 raise CommTimeout(

@@ -45,6 +45,9 @@ def alive(pid: int | None) -> bool:
     return state not in (b"Z", b"X")
 
 
+SPINS = 64  # looks before a wait hands its core over, where every rank has a core of its own
+
+
 def cores_here() -> int:
     """The cores this process may run on."""
     try:
@@ -58,7 +61,7 @@ def spins_for(local_ranks: int) -> int:
     of this host has a core of its own; none where ranks share cores, as the rank being waited
     for may need this one (4 ranks on 2 cores: a checked 8 MiB replay took 1.11-1.13x MPI's
     bare Alltoallw without the spins, 1.15-1.19x with 64)."""
-    return 64 if local_ranks <= cores_here() else 0
+    return SPINS if local_ranks <= cores_here() else 0
 
 
 class Poll:
@@ -69,7 +72,7 @@ class Poll:
 
     __slots__ = ("start", "polls", "timeout", "spins")
 
-    def __init__(self, timeout: float, spins: int = 64) -> None:
+    def __init__(self, timeout: float, spins: int = SPINS) -> None:
         self.start, self.polls, self.timeout, self.spins = time.monotonic(), 0, timeout, spins
 
     def pause(self) -> bool:
