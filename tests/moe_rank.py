@@ -266,11 +266,12 @@ def run_pipeline(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
     return out
 
 
-def across_left_behind(comm: rs.Comm) -> tuple[str, list[str]]:
-    """Hosts [0, 0, 1, 1], a short timeout. Host 1's ranks fail before their rows start across
-    the hosts; host 0's fail in the exchange inside their host, after theirs started on a thread
-    of its own (it waits for host 1 until the timeout). Returns the error this rank saw and the
-    names of the exchange threads still running once dispatch had raised."""
+def across_left_behind(comm: rs.Comm, op: str = "dispatch") -> tuple[str, list[str]]:
+    """Hosts [0, 0, 1, 1], a short timeout; ``op``: "dispatch" or "combine" (after a dispatch
+    that succeeds). Host 1's ranks fail before their rows start across the hosts; host 0's fail
+    in the exchange inside their host that runs while theirs travel on a thread of its own (it
+    waits for host 1 until the timeout). Returns the error this rank saw and the names of the
+    exchange threads still running once ``op`` had raised."""
     import threading
 
     from reshard import moe_two_level
@@ -280,19 +281,22 @@ def across_left_behind(comm: rs.Comm) -> tuple[str, list[str]]:
     comm.timeout = comm.adapter.timeout = 3.0  # the host communicators are made with it
     case = dict(seed=8, tokens=[6, 6, 6, 6], hidden=2, experts=4, k=2, dtype="float32")
     tokens, ids, _ = moe_inputs(case, comm.rank)
+    expert_in, handle = (rs.moe.dispatch(tokens, ids, num_experts=4, algorithm="hierarchical") if op == "combine"
+                         else (None, None))
 
     def refused(*args, **kwargs):
         raise rs.ReshardError(f"rank {comm.rank}: refused here")
 
     exchanged, start_rows = moe_two_level._exchanged, moe_two_level.start_rows
+    overlapped = "own host's tokens"  # the exchange inside the host that runs while the rows cross
 
-    def inside_refused(parts, what, *args):
-        if "inside the host" in what:
+    def inside_refused(parts, name, *args):
+        if overlapped in name:
             refused()
-        return exchanged(parts, what, *args)
+        return exchanged(parts, name, *args)
 
     def across_refused(comm, x, send, recv, what, overlap):
-        if what == "moe.dispatch (across hosts)":
+        if what == f"moe.{op} (across hosts)":
             refused()
         return start_rows(comm, x, send, recv, what, overlap)
 
@@ -301,11 +305,16 @@ def across_left_behind(comm: rs.Comm) -> tuple[str, list[str]]:
     else:
         moe_two_level._exchanged = inside_refused
     try:
-        rs.moe.dispatch(tokens, ids, num_experts=4, algorithm="hierarchical")
+        if op == "combine":
+            rs.moe.combine(expert_in, handle)
+        else:
+            rs.moe.dispatch(tokens, ids, num_experts=4, algorithm="hierarchical")
         seen = "no error"
     except rs.ReshardError as exc:
         seen = str(exc)
-    running = [t.name for t in threading.enumerate() if t.name.startswith("reshard moe.dispatch")]
+    finally:
+        moe_two_level._exchanged, moe_two_level.start_rows = exchanged, start_rows
+    running = [t.name for t in threading.enumerate() if t.name.startswith(f"reshard moe.{op}")]
     comm.timeout = comm.adapter.timeout = kept_timeout
     comm.barrier()  # host 1's ranks stay until host 0's have looked
     return seen, running

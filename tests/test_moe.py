@@ -103,10 +103,12 @@ def test_dispatch_combine_edge_cases(engine):
         assert problems == [None] * len(cases), (rank, [(c, p) for c, p in zip(cases, problems) if p])
 
 
-def test_a_failed_dispatch_leaves_no_exchange_running_behind_it():
+@pytest.mark.parametrize("op", ["dispatch", "combine"])
+def test_a_failed_dispatch_or_combine_leaves_no_exchange_running_behind_it(op):
     """The rows across the hosts run on a thread of their own while the exchange inside the host
-    runs here; when that one raises, dispatch waits for the thread before the error goes on."""
-    results = rs.spawn(moe_rank.across_left_behind, 4, engine="gloo", timeout=120)
+    runs here; when that one raises, dispatch (or combine) waits for the thread before the
+    error goes on."""
+    results = rs.spawn(moe_rank.across_left_behind, 4, engine="gloo", args=(op,), timeout=120)
     for rank, (seen, running) in enumerate(results):
         assert f"rank {rank}: refused here" in seen, (rank, seen)
         assert running == [], (rank, running)
