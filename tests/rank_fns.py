@@ -620,12 +620,50 @@ def fft_cases(comm, cases):
     return out
 
 
-def fft_bad_argument(comm, bad_rank):
-    """Rank ``bad_rank`` passes a norm numpy does not know; the others pass valid arguments."""
+def fft_bad_argument(comm, bad_rank, name="norm", value="bogus"):
+    """Rank ``bad_rank`` passes ``value`` as the argument ``name`` (by default a norm numpy does
+    not know); the others pass valid arguments."""
     mesh = rs.Mesh((2, 2), comm=comm)
     x = np.ones((2, 3, 4), dtype=np.complex128)
+    kw = {"norm": "ortho", "dst": None}
+    if comm.rank == bad_rank:
+        kw[name] = value
     try:
-        rs.fft.fftn(x, mesh, "S(0),S(1)", norm="bogus" if comm.rank == bad_rank else "ortho")
+        rs.fft.fftn(x, mesh, "S(0),S(1)", **kw)
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+FFT_DIFFERENCES = {  # field: (the call every rank makes, what rank ``odd`` changes)
+    "norm": (dict(norm="backward"), dict(norm="ortho")),
+    "axes": (dict(axes=(1, 2)), dict(axes=(1,))),
+    "transform": (dict(), dict(transform="ifftn")),
+    "dtype": (dict(), dict(dtype=np.complex64)),
+    "dst": (dict(), dict(dst="S(1)")),
+    "src": (dict(src="S(0)", shape=(4, 4, 4)), dict(src="S(1)", shape=(4, 4, 4))),
+    "s": (dict(transform="irfftn", s=(3, 9)), dict(transform="irfftn", s=(3, 8))),
+}
+
+
+def fft_different_arguments(comm, field, odd):
+    """Every rank transforms its piece of a (4, 3, 5) array on a (4,) mesh (S(0): its own
+    axes 1 and 2 are whole, so no layout changes unless asked); rank ``odd`` passes another
+    valid value of ``field`` (``FFT_DIFFERENCES``). Returns the error this rank saw, or None."""
+    common, changed = FFT_DIFFERENCES[field]
+    call = dict(transform="fftn", norm="backward", axes=(1, 2), dst=None, src="S(0)", shape=(4, 3, 5),
+                dtype=np.complex128, s=None)
+    call.update(common)
+    if comm.rank == odd:
+        call.update(changed)
+    mesh = rs.Mesh((4,), comm=comm)
+    full = np.arange(np.prod(call["shape"]), dtype=np.float64).reshape(call["shape"]) * (1 + 0.5j)
+    region = rs.layout.mesh_region(full.shape, rs.parse_placements(call["src"]), mesh.coord, mesh.shape)
+    x = np.ascontiguousarray(full[tuple(slice(a, b) for a, b in region)], dtype=call["dtype"])
+    fn = getattr(rs.fft, call["transform"])
+    kw = dict(axes=call["axes"], dst=call["dst"], norm=call["norm"])
+    try:
+        fn(x, mesh, call["src"], s=call["s"], **kw) if call["transform"] == "irfftn" else fn(x, mesh, call["src"], **kw)
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc)
     return None

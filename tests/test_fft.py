@@ -90,11 +90,27 @@ def test_slab_and_pencil_schedules_use_one_and_two_exchanges():
     assert back[-2].layout == (rs.Shard(0), rs.Shard(1))
 
 
-def test_a_bad_argument_on_one_rank_raises_on_every_rank():
-    results = rs.spawn(rank_fns.fft_bad_argument, 4, engine="gloo", args=(2,), timeout=120)
+@pytest.mark.parametrize("name, value, says", [("norm", "bogus", "norm must be one of"),
+                                               ("dst", "S(0),S(7)", "dst Shard dim"),
+                                               ("dst", "S(0),P", "not Partial"),
+                                               ("dst", "S(0)", "one placement per mesh dim")])
+def test_a_bad_argument_on_one_rank_raises_on_every_rank(name, value, says):
+    results = rs.spawn(rank_fns.fft_bad_argument, 4, engine="gloo", args=(2, name, value), timeout=120)
     assert all(r is not None and r[0] == "InvalidArgument" for r in results), results
-    assert "norm must be one of" in results[2][1]
+    assert says in results[2][1], results[2]
     assert all("rank 2" in r[1] for i, r in enumerate(results) if i != 2), results
+
+
+@pytest.mark.parametrize("field", sorted(rank_fns.FFT_DIFFERENCES))
+def test_arguments_that_differ_on_one_rank_raise_on_every_rank(field):
+    """A valid value on each rank, but not the same one (the norm, the axes, the transform, the
+    dtype, the result's layout, the input's layout, irfftn's s): every rank raises a
+    MismatchError naming the argument and the rank, where the pieces alone would let some ranks
+    return another transform's values and others wait for an exchange that never comes."""
+    results = rs.spawn(rank_fns.fft_different_arguments, 4, engine="gloo", args=(field, 2), timeout=120)
+    for rank, seen in enumerate(results):
+        assert seen is not None and seen[0] == "MismatchError", (rank, seen)
+        assert field in seen[1] and "rank 2" in seen[1], (rank, seen)
 
 
 @pytest.mark.parametrize("engine", ["gloo", "mpi"])

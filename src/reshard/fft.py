@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidArgument, ReshardError, UnsupportedDType
+from . import agreement
+from .errors import InvalidArgument, MismatchError, ReshardError, UnsupportedDType
 from .layout import Partial, Placement, Replicate, Shard, mesh_region, normalize_dim, parse_placements, unravel
 from .mesh import Mesh
 
@@ -26,6 +27,7 @@ __all__ = ["fftn", "ifftn", "rfftn", "irfftn", "output_layout"]
 
 Array = Any
 NORMS = ("backward", "ortho", "forward")
+_FIELDS = 9  # the arguments every rank must pass alike (``_run``'s fields), each sent as a digest
 
 
 @dataclass(frozen=True)
@@ -131,19 +133,26 @@ def _canonical(shape: Sequence[int], mesh_shape: Sequence[int], src: Any, axes: 
     ndim = len(shape)
     if ndim not in (1, 2, 3):
         raise InvalidArgument(f"the distributed FFT takes 1-D, 2-D or 3-D arrays; got {ndim} dims")
-    layout = parse_placements(src)
-    if len(layout) != len(mesh_shape):
-        raise InvalidArgument(f"src {list(layout)} needs one placement per mesh dim ({len(mesh_shape)})")
-    if any(isinstance(p, Partial) for p in layout):
-        raise InvalidArgument(f"src {list(layout)}: a Partial input is not a transformable array; reduce it first")
-    layout = tuple(Shard(normalize_dim(p.dim, ndim, "src Shard dim")) if isinstance(p, Shard) else Replicate()
-                   for p in layout)
+    layout = _layout_of(src, ndim, mesh_shape, "src")
     if axes is None:
         axes = tuple(range(ndim)) if s is None else tuple(range(ndim - len(s), ndim))
     axes = tuple(normalize_dim(a, ndim, "axes") for a in axes)
     if not axes or len(set(axes)) != len(axes):
         raise InvalidArgument(f"axes {list(axes)} must name at least one axis, each once")
     return layout, axes
+
+
+def _layout_of(placements: Any, ndim: int, mesh_shape: Sequence[int], name: str) -> tuple[Placement, ...]:
+    """``placements`` (``src`` or ``dst``) as one Shard (dim counted from the front) or
+    Replicate per mesh dim."""
+    layout = parse_placements(placements)
+    if len(layout) != len(mesh_shape):
+        raise InvalidArgument(f"{name} {list(layout)} needs one placement per mesh dim ({len(mesh_shape)})")
+    if any(isinstance(p, Partial) for p in layout):
+        raise InvalidArgument(f"{name} {list(layout)}: the FFT's arrays are Shard or Replicate, not Partial"
+                              + ("; reduce it first" if name == "src" else ""))
+    return tuple(Shard(normalize_dim(p.dim, ndim, f"{name} Shard dim")) if isinstance(p, Shard) else Replicate()
+                 for p in layout)
 
 
 def output_layout(shape: Sequence[int], mesh_shape: Any, src: Any, axes: Sequence[int] | None = None,
@@ -194,7 +203,7 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
         raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
     torch_in = type(x).__module__.split(".")[0] == "torch"
     a = x.detach().cpu().numpy() if torch_in else x
-    error, layout, lib = None, (), None
+    error, layout, lib, want, fields = None, (), None, None, {}
     try:  # this rank's arguments; every rank learns below whether any rank's were wrong
         if norm not in NORMS:
             raise InvalidArgument(f"norm must be one of {NORMS}, got {norm!r}")
@@ -206,21 +215,23 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
         if a.dtype.kind not in "fc":
             raise UnsupportedDType(f"x has dtype {a.dtype}: the FFT takes floating or complex values")
         layout, axes = _canonical(a.shape, mesh.shape, src, axes, s)
-        if s is not None and len(s) != len(axes):
-            raise InvalidArgument(f"s {list(s)} needs one length per transformed axis ({len(axes)})")
+        if s is not None:
+            s = tuple(int(n) for n in s)
+            if len(s) != len(axes):
+                raise InvalidArgument(f"s {list(s)} needs one length per transformed axis ({len(axes)})")
+        if dst is not None:
+            want = _layout_of(dst, a.ndim, mesh.shape, "dst")
+        fields = {"transform": f"{kind}n", "dims": a.ndim, "dtype": str(a.dtype), "src": list(layout),
+                  "axes": list(axes), "s": s, "dst": want and list(want), "norm": norm, "backend": backend}
     except ReshardError as exc:
         error = exc
-    shape = _global_shape(ops, mesh, a, layout, error)
+    shape = _global_shape(ops, mesh, a, layout, error, fields)
     n_last = None
     if kind == "irfft":
         m = shape[axes[-1]]
         n_last = int(s[-1]) if s is not None else 2 * (m - 1)
         if n_last < 1 or n_last // 2 + 1 != m:
             raise InvalidArgument(f"s[-1]={n_last} does not fit the last transformed axis of length {m} (n // 2 + 1)")
-    want = None
-    if dst is not None:
-        want = tuple(Shard(normalize_dim(p.dim, len(shape), "dst Shard dim")) if isinstance(p, Shard) else p
-                     for p in parse_placements(dst))
     current = layout
     for st in schedule(shape, mesh.shape, layout, axes, kind, want):
         if isinstance(st, Move):
@@ -242,32 +253,47 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
     return a
 
 
-def _global_shape(ops: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], error: Exception | None
-                  ) -> tuple[int, ...]:
+def _global_shape(ops: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], error: Exception | None,
+                  fields: dict[str, Any]) -> tuple[int, ...]:
     """The global shape from every rank's piece, in one small all-gather that also carries
-    whether each rank's arguments were valid: every rank raises when any rank's were not."""
+    whether each rank's arguments were valid and a digest of each argument that must be the
+    same on every rank (``fields``): every rank raises when any rank's were not valid, or
+    when they differ."""
+    import hashlib
+
     import numpy as np
 
-    ndim = a.ndim if hasattr(a, "ndim") else 0
-    mine = np.array([[0 if error is None else 1, *(int(v) for v in getattr(a, "shape", ()))]], dtype=np.int64)
-    every = np.asarray(ops.all_gather(mine, 0, comm=mesh.comm))
+    shape_in = [int(v) for v in getattr(a, "shape", ())][:3] if error is None else []
+    digests = [int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=8).digest(), "little", signed=True)
+               for v in fields.values()]
+    row = [0 if error is None else 1, *(digests or [0] * _FIELDS), *shape_in, *[0] * (3 - len(shape_in))]
+    every = np.asarray(ops.all_gather(np.array([row], dtype=np.int64), 0, comm=mesh.comm))
     bad = [r for r in range(mesh.size) if every[r, 0]]
     if bad:
         if error is not None:
             raise error
         raise InvalidArgument(f"rank {bad[0]} rejected its arguments to the FFT (its own error says why)")
+    for k, (name, value) in enumerate(fields.items()):
+        column = every[:, 1 + k].tolist()
+        if len(set(column)) > 1:
+            mine = column[mesh.comm.rank]
+            groups = agreement.describe_disagreement(name, column, lambda d, v=value, m=mine: repr(v) if d == m else "another value")
+            raise MismatchError(f"rank {mesh.comm.rank}: {fields['transform']}: {groups} (each rank's arguments "
+                                "to the FFT must be the same)")
+    pieces = every[:, 1 + _FIELDS :]
     shape = []
-    for d in range(ndim):
+    for d in range(len(shape_in)):
         total = 0
         for r in range(mesh.size):  # the ranks at coordinate 0 on every mesh dim that does not split d
             coord = unravel(r, mesh.shape)
             if all(coord[m] == 0 for m, p in enumerate(layout) if not (isinstance(p, Shard) and p.dim == d)):
-                total += int(every[r, 1 + d])
+                total += int(pieces[r, d])
         shape.append(total)
     for r in range(mesh.size):
         want = tuple(b - a for a, b in mesh_region(shape, layout, unravel(r, mesh.shape), mesh.shape))
-        if want != tuple(int(v) for v in every[r, 1:]):
-            raise InvalidArgument(f"rank {r} holds a piece of shape {every[r, 1:].tolist()}, but {list(layout)} of "
+        held = [int(v) for v in pieces[r, : len(shape)]]
+        if want != tuple(held):
+            raise InvalidArgument(f"rank {r} holds a piece of shape {held}, but {list(layout)} of "
                                   f"the global shape {shape} gives it {list(want)} (shards follow the balanced rule)")
     return tuple(shape)
 
