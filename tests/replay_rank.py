@@ -341,9 +341,15 @@ def hot_replay_refusals(comm):
     y = x[:, ::-1]  # a view of other strides: a new signature
     attempt("strided input", lambda: rs.redistribute(y, rs.Shard(0), rs.Shard(1), global_shape=full.shape,
                                                      check=False), take(full[:, ::-1], 1, 4 * r, 4 * r + 4))
+    mesh_strided = lambda: rs.redistribute(y, [rs.Shard(0), rs.Replicate()], [rs.Shard(1), rs.Replicate()],  # noqa: E731
+                                           global_shape=full.shape, mesh=mesh, check=False)
+    for i in range(3):  # hot from the second call on: the input is not contiguous, the same each time
+        attempt(f"mesh, strided input {i}", mesh_strided, take(full[:, ::-1], 1, 4 * r, 4 * r + 4))
     if comm.engine == "mpi":
         comm.adapter.free_types()
         attempt("world after freed types", lambda: world((2 * n, 4 * n, 1)), cols)
+        for i in range(2):  # the hot mesh exchange held the freed types: it works them out again
+            attempt(f"mesh after freed types {i}", on_mesh, full)
     return outcomes
 
 

@@ -187,6 +187,8 @@ class BoxRun:
     def __init__(self, step: ExchangeBoxes, form: Any = None) -> None:
         self.step = step
         self.form = form  # the engine's own collective for the whole exchange: (call, x, out)
+        # x -> a new result, for a hot replay (the engine's form, where it has one that needs no call)
+        self.lean = getattr(form, "lean", None) if step.moves and step.fill_op is None else None
         self.held, self.target = step.held, step.target
         self.out_shape = tuple(b - a for a, b in step.target)
         self.by_src: dict[int, list[Box]] = {}
