@@ -621,15 +621,18 @@ def fft_cases(comm, cases):
 
 
 def fft_bad_argument(comm, bad_rank, name="norm", value="bogus"):
-    """Rank ``bad_rank`` passes ``value`` as the argument ``name`` (by default a norm numpy does
-    not know); the others pass valid arguments."""
+    """Rank ``bad_rank`` (or "every" rank) passes ``value`` as the argument ``name`` (by default
+    a norm numpy does not know); the others pass valid arguments."""
     mesh = rs.Mesh((2, 2), comm=comm)
     x = np.ones((2, 3, 4), dtype=np.complex128)
     kw = {"norm": "ortho", "dst": None}
-    if comm.rank == bad_rank:
+    fn = rs.fft.fftn
+    if name == "s":  # irfftn of (4, 6, 4) over axes 1 and 2: lengths 6, then 6 or 7
+        fn, kw["s"] = rs.fft.irfftn, (6, 7)
+    if comm.rank == bad_rank or bad_rank == "every":
         kw[name] = value
     try:
-        rs.fft.fftn(x, mesh, "S(0),S(1)", **kw)
+        fn(x, mesh, "S(0),S(1)", **kw)
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc)
     return None

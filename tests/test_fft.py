@@ -93,12 +93,24 @@ def test_slab_and_pencil_schedules_use_one_and_two_exchanges():
 @pytest.mark.parametrize("name, value, says", [("norm", "bogus", "norm must be one of"),
                                                ("dst", "S(0),S(7)", "dst Shard dim"),
                                                ("dst", "S(0),P", "not Partial"),
-                                               ("dst", "S(0)", "one placement per mesh dim")])
+                                               ("dst", "S(0)", "one placement per mesh dim"),
+                                               ("axes", 1, "axes must be a sequence of ints"),
+                                               ("s", 5, "s must be a sequence of ints"),
+                                               ("s", ("a", 7), "s must be an int"),
+                                               ("s", (6.5, 7), "s must be an int")])
 def test_a_bad_argument_on_one_rank_raises_on_every_rank(name, value, says):
     results = rs.spawn(rank_fns.fft_bad_argument, 4, engine="gloo", args=(2, name, value), timeout=120)
     assert all(r is not None and r[0] == "InvalidArgument" for r in results), results
     assert says in results[2][1], results[2]
     assert all("rank 2" in r[1] for i, r in enumerate(results) if i != 2), results
+
+
+def test_irfftn_refuses_an_s_that_would_pad_or_crop_an_axis_before_the_last():
+    """numpy's irfftn pads or crops the axes before the last to ``s``; here every rank refuses."""
+    results = rs.spawn(rank_fns.fft_bad_argument, 4, engine="gloo", args=("every", "s", (5, 7)), timeout=120)
+    for rank, seen in enumerate(results):
+        assert seen is not None and seen[0] == "InvalidArgument", (rank, seen)
+        assert "padding or cropping" in seen[1], (rank, seen)
 
 
 @pytest.mark.parametrize("field", sorted(rank_fns.FFT_DIFFERENCES))

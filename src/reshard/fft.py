@@ -20,14 +20,25 @@ from typing import Any
 
 from . import agreement
 from .errors import InvalidArgument, MismatchError, ReshardError, UnsupportedDType
-from .layout import Partial, Placement, Replicate, Shard, mesh_region, normalize_dim, parse_placements, unravel
+from .layout import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    check_int,
+    mesh_region,
+    normalize_dim,
+    parse_placements,
+    unravel,
+)
 from .mesh import Mesh
 
 __all__ = ["fftn", "ifftn", "rfftn", "irfftn", "output_layout"]
 
 Array = Any
 NORMS = ("backward", "ortho", "forward")
-_FIELDS = 9  # the arguments every rank must pass alike (``_run``'s fields), each sent as a digest
+# What every rank must pass alike, each sent as a digest in the exchange of the pieces' shapes.
+AGREED = ("transform", "dims", "dtype", "src", "axes", "s", "dst", "norm", "backend")
 
 
 @dataclass(frozen=True)
@@ -136,10 +147,17 @@ def _canonical(shape: Sequence[int], mesh_shape: Sequence[int], src: Any, axes: 
     layout = _layout_of(src, ndim, mesh_shape, "src")
     if axes is None:
         axes = tuple(range(ndim)) if s is None else tuple(range(ndim - len(s), ndim))
-    axes = tuple(normalize_dim(a, ndim, "axes") for a in axes)
+    axes = tuple(normalize_dim(a, ndim, "axes") for a in _sequence(axes, "axes"))
     if not axes or len(set(axes)) != len(axes):
         raise InvalidArgument(f"axes {list(axes)} must name at least one axis, each once")
     return layout, axes
+
+
+def _sequence(value: Any, name: str) -> tuple:
+    """``value`` (``axes`` or ``s``, a sequence as numpy's) as a tuple, or an InvalidArgument."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise InvalidArgument(f"{name} must be a sequence of ints (as numpy's), got {value!r}")
+    return tuple(value)
 
 
 def _layout_of(placements: Any, ndim: int, mesh_shape: Sequence[int], name: str) -> tuple[Placement, ...]:
@@ -214,15 +232,16 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
             raise UnsupportedDType(f"rfftn takes real values, got {a.dtype}")
         if a.dtype.kind not in "fc":
             raise UnsupportedDType(f"x has dtype {a.dtype}: the FFT takes floating or complex values")
+        if s is not None:
+            s = tuple(check_int("s", n) for n in _sequence(s, "s"))
         layout, axes = _canonical(a.shape, mesh.shape, src, axes, s)
         if s is not None:
-            s = tuple(int(n) for n in s)
             if len(s) != len(axes):
                 raise InvalidArgument(f"s {list(s)} needs one length per transformed axis ({len(axes)})")
         if dst is not None:
             want = _layout_of(dst, a.ndim, mesh.shape, "dst")
-        fields = {"transform": f"{kind}n", "dims": a.ndim, "dtype": str(a.dtype), "src": list(layout),
-                  "axes": list(axes), "s": s, "dst": want and list(want), "norm": norm, "backend": backend}
+        fields = dict(zip(AGREED, (f"{kind}n", a.ndim, str(a.dtype), list(layout), list(axes), s,
+                                   want and list(want), norm, backend), strict=True))
     except ReshardError as exc:
         error = exc
     shape = _global_shape(ops, mesh, a, layout, error, fields)
@@ -232,6 +251,9 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
         n_last = int(s[-1]) if s is not None else 2 * (m - 1)
         if n_last < 1 or n_last // 2 + 1 != m:
             raise InvalidArgument(f"s[-1]={n_last} does not fit the last transformed axis of length {m} (n // 2 + 1)")
+        if s is not None and any(n != shape[ax] for n, ax in zip(s[:-1], axes[:-1])):
+            raise InvalidArgument(f"s {list(s)}: the axes before the last keep their lengths "
+                                  f"{[shape[ax] for ax in axes[:-1]]} (padding or cropping them is not supported)")
     current = layout
     for st in schedule(shape, mesh.shape, layout, axes, kind, want):
         if isinstance(st, Move):
@@ -266,7 +288,7 @@ def _global_shape(ops: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], err
     shape_in = [int(v) for v in getattr(a, "shape", ())][:3] if error is None else []
     digests = [int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=8).digest(), "little", signed=True)
                for v in fields.values()]
-    row = [0 if error is None else 1, *(digests or [0] * _FIELDS), *shape_in, *[0] * (3 - len(shape_in))]
+    row = [0 if error is None else 1, *(digests or [0] * len(AGREED)), *shape_in, *[0] * (3 - len(shape_in))]
     every = np.asarray(ops.all_gather(np.array([row], dtype=np.int64), 0, comm=mesh.comm))
     bad = [r for r in range(mesh.size) if every[r, 0]]
     if bad:
@@ -280,7 +302,7 @@ def _global_shape(ops: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], err
             groups = agreement.describe_disagreement(name, column, lambda d, v=value, m=mine: repr(v) if d == m else "another value")
             raise MismatchError(f"rank {mesh.comm.rank}: {fields['transform']}: {groups} (each rank's arguments "
                                 "to the FFT must be the same)")
-    pieces = every[:, 1 + _FIELDS :]
+    pieces = every[:, 1 + len(AGREED) :]
     shape = []
     for d in range(len(shape_in)):
         total = 0
@@ -336,5 +358,6 @@ def rfftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst
 def irfftn(x: Array, mesh: Mesh, src: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
            dst: Any = None, norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
     """The inverse of ``rfftn``: this rank's piece of ``numpy.fft.irfftn(full, s=s, axes=axes,
-    norm=norm)``; ``s[-1]`` gives the last axis' length (odd lengths need it)."""
+    norm=norm)``; ``s[-1]`` gives the last axis' length (odd lengths need it). The other lengths
+    of ``s`` must be those axes' own: numpy pads or crops to them, which is not supported here."""
     return _run(x, mesh, src, axes, dst, norm, backend, "irfft", s, check=check)
