@@ -672,6 +672,15 @@ def fft_different_arguments(comm, field, odd):
     return None
 
 
+def fft_empty_axis(comm, axes):
+    """fftn of a (4, 0, 5) array on a (4,) mesh along ``axes``: the piece, or the error."""
+    x = np.ones((1, 0, 5), dtype=np.complex128)
+    try:
+        return "ok", rs.fft.fftn(x, rs.Mesh((4,), comm=comm), "S(0)", axes=axes).shape
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+
+
 def fft_scipy_backend(comm):
     """fftn with backend='scipy': the piece, or the error where scipy is not installed."""
     mesh = rs.Mesh((4,), comm=comm)

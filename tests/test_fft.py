@@ -105,6 +105,14 @@ def test_a_bad_argument_on_one_rank_raises_on_every_rank(name, value, says):
     assert all("rank 2" in r[1] for i, r in enumerate(results) if i != 2), results
 
 
+def test_a_transform_along_an_axis_of_length_zero_is_refused_on_every_rank():
+    # numpy's own refusal came out of every rank's local transform as a bare ValueError
+    for rank, seen in enumerate(rs.spawn(rank_fns.fft_empty_axis, 4, engine="gloo", args=((1, 2),), timeout=120)):
+        assert seen[0] == "InvalidArgument" and "axis 1" in seen[1] and "length 0" in seen[1], (rank, seen)
+    # along the other axes only, the empty one just comes along
+    assert rs.spawn(rank_fns.fft_empty_axis, 4, engine="gloo", args=((2,),), timeout=120) == [("ok", (1, 0, 5))] * 4
+
+
 def test_irfftn_refuses_an_s_that_would_pad_or_crop_an_axis_before_the_last():
     """numpy's irfftn pads or crops the axes before the last to ``s``; here every rank refuses."""
     results = rs.spawn(rank_fns.fft_bad_argument, 4, engine="gloo", args=("every", "s", (5, 7)), timeout=120)

@@ -245,6 +245,10 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
     except ReshardError as exc:
         error = exc
     shape = _global_shape(ops, mesh, a, layout, error, fields)
+    empty = [ax for ax in axes if shape[ax] == 0]
+    if empty:  # every rank: the shape is the global one
+        raise InvalidArgument(f"axis {empty[0]} of the global shape {list(shape)} has length 0: a transformed axis "
+                              "needs at least one point")
     n_last = None
     if kind == "irfft":
         m = shape[axes[-1]]
