@@ -631,6 +631,10 @@ def fft_bad_argument(comm, bad_rank, name="norm", value="bogus"):
         fn, kw["s"] = rs.fft.irfftn, (6, 7)
     if comm.rank == bad_rank or bad_rank == "every":
         kw[name] = value
+    if "x" in kw:  # the input itself, by its torch dtype
+        import torch
+
+        x = torch.ones(x.shape, dtype=getattr(torch, kw.pop("x")))
     try:
         fn(x, mesh, "S(0),S(1)", **kw)
     except rs.ReshardError as exc:

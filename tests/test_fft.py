@@ -97,12 +97,13 @@ def test_slab_and_pencil_schedules_use_one_and_two_exchanges():
                                                ("axes", 1, "axes must be a sequence of ints"),
                                                ("s", 5, "s must be a sequence of ints"),
                                                ("s", ("a", 7), "s must be an int"),
-                                               ("s", (6.5, 7), "s must be an int")])
+                                               ("s", (6.5, 7), "s must be an int"),
+                                               ("x", "bfloat16", "bfloat16")])
 def test_a_bad_argument_on_one_rank_raises_on_every_rank(name, value, says):
     results = rs.spawn(rank_fns.fft_bad_argument, 4, engine="gloo", args=(2, name, value), timeout=120)
-    assert all(r is not None and r[0] == "InvalidArgument" for r in results), results
-    assert says in results[2][1], results[2]
-    assert all("rank 2" in r[1] for i, r in enumerate(results) if i != 2), results
+    kind = "UnsupportedDType" if name == "x" else "InvalidArgument"
+    assert results[2] is not None and results[2][0] == kind and says in results[2][1], results[2]
+    assert all(r is not None and r[0] == "InvalidArgument" and "rank 2" in r[1] for i, r in enumerate(results) if i != 2), results
 
 
 def test_a_transform_along_an_axis_of_length_zero_is_refused_on_every_rank():

@@ -220,9 +220,13 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
     if not isinstance(mesh, Mesh):
         raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
     torch_in = type(x).__module__.split(".")[0] == "torch"
-    a = x.detach().cpu().numpy() if torch_in else x
-    error, layout, lib, want, fields = None, (), None, None, {}
+    a, error, layout, lib, want, fields = x, None, (), None, None, {}
     try:  # this rank's arguments; every rank learns below whether any rank's were wrong
+        if torch_in:
+            try:
+                a = x.detach().cpu().numpy()
+            except TypeError as exc:  # a dtype numpy has no kind for (bfloat16)
+                raise UnsupportedDType(f"x has dtype {x.dtype}, which numpy's FFT cannot take ({exc})") from None
         if norm not in NORMS:
             raise InvalidArgument(f"norm must be one of {NORMS}, got {norm!r}")
         lib = _backend(backend)
