@@ -635,6 +635,8 @@ def fft_bad_argument(comm, bad_rank, name="norm", value="bogus"):
         import torch
 
         x = torch.ones(x.shape, dtype=getattr(torch, kw.pop("x")))
+    if "mesh" in kw:
+        mesh = kw.pop("mesh")
     try:
         fn(x, mesh, "S(0),S(1)", **kw)
     except rs.ReshardError as exc:
@@ -683,6 +685,21 @@ def fft_empty_axis(comm, axes):
         return "ok", rs.fft.fftn(x, rs.Mesh((4,), comm=comm), "S(0)", axes=axes).shape
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc)
+
+
+def redistribute_with_a_bad_mesh_on_one_rank(comm, bad_rank, how):
+    """Every rank but ``bad_rank`` redistributes on a 2x2 mesh; that one passes something that
+    is not a mesh (``how="not a mesh"``) or none with the mesh's placements (``how="none"``).
+    Returns the error each rank saw, or None."""
+    mesh = rs.Mesh((2, 2), comm=comm)
+    x = np.ones((2, 2, 4))
+    if comm.rank == bad_rank:
+        mesh = None if how == "none" else how
+    try:
+        rs.redistribute(x, [rs.Shard(0), rs.Shard(1)], [rs.Shard(1), rs.Shard(0)], mesh=mesh)
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    return None
 
 
 def fft_scipy_backend(comm):

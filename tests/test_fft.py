@@ -98,7 +98,8 @@ def test_slab_and_pencil_schedules_use_one_and_two_exchanges():
                                                ("s", 5, "s must be a sequence of ints"),
                                                ("s", ("a", 7), "s must be an int"),
                                                ("s", (6.5, 7), "s must be an int"),
-                                               ("x", "bfloat16", "bfloat16")])
+                                               ("x", "bfloat16", "bfloat16"),
+                                               ("mesh", "a string", "mesh must be an rs.Mesh")])
 def test_a_bad_argument_on_one_rank_raises_on_every_rank(name, value, says):
     results = rs.spawn(rank_fns.fft_bad_argument, 4, engine="gloo", args=(2, name, value), timeout=120)
     kind = "UnsupportedDType" if name == "x" else "InvalidArgument"

@@ -100,6 +100,18 @@ def test_bad_input_on_a_mesh_raises_on_every_rank(engine, case, error):
     assert rs.spawn(rank_fns.mesh_bad_input, 4, engine=engine, args=(case,), timeout=120) == [error] * 4
 
 
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+@pytest.mark.parametrize(("how", "says"), [("not a mesh", "mesh must be an rs.Mesh, got str"),
+                                           ("none", "pass the mesh")])
+def test_a_rank_without_a_mesh_raises_on_every_rank(engine, how, says):
+    """One rank passes no mesh (or something else) while the others pass theirs: that rank
+    takes its part in the check on its communicator, so every rank raises, naming it."""
+    results = rs.spawn(rank_fns.redistribute_with_a_bad_mesh_on_one_rank, 4, engine=engine, args=(2, how), timeout=120)
+    for rank, seen in enumerate(results):
+        assert seen is not None and seen[0] == "InvalidArgument" and says in seen[1], (rank, seen)
+        assert "rank 2" in seen[1], (rank, seen)
+
+
 @pytest.mark.parametrize(("engine", "moves_in_place"), [("mpi", True), ("gloo", False)])
 def test_mpi_moves_a_mesh_exchange_in_one_call_with_no_pack(engine, moves_in_place):
     """On MPI the boxes travel as datatypes in one Alltoallw: no pack, no unpack, first call and

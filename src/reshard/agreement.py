@@ -132,8 +132,18 @@ def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseExcept
         raise own_error
     first = records[bad[0]]
     cls = ERROR_CODES.get(first.error_code, ReshardError)
-    lines = [f"rank {r}: {records[r].message}" for r in bad]
-    raise cls(f"{records[own_rank].op}: invalid input on {_ranks(bad)}: " + " | ".join(lines))
+    op = records[own_rank].op
+    said = [_own_words(records[r].message, r, op) for r in bad]
+    text = said[0] if len(bad) == 1 else " | ".join(f"rank {r}: {m}" for r, m in zip(bad, said))
+    raise cls(f"{op}: invalid input on {_ranks(bad)}: {text}")
+
+
+def _own_words(message: str, rank: int, op: str) -> str:
+    """``message`` without the ``rank R: op: `` its rank put in front (the verdict names both)."""
+    for prefix in (f"rank {rank}: ", f"{op}: "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    return message
 
 
 def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_splits: bool = False) -> None:

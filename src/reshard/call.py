@@ -110,6 +110,26 @@ def begin(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
     return (MISS, call) if done is MISS else (done, None)
 
 
+def refuse(op: str, x: Any, comm: Comm | None, check: bool | None, error: ReshardError,
+           arg_names: Sequence[str] = ()) -> None:
+    """Raise ``error``, found before the call knew its communicator from its arguments (a mesh
+    that is not one), on every rank: this rank takes its part in the agreement on ``comm`` (or
+    the process's), as the others do on theirs, holding the error, so that they raise too
+    instead of waiting for it. Where there is no communicator at all, raises it here alone."""
+    try:
+        comm = current(comm)
+    except ReshardError:
+        raise error from None
+    call = Call(op, x, comm, check, arg_names)
+    call.validate(_raise, error, need_dims=False)
+    call.agree(need_shapes=False)
+    raise error  # the agreement raised already; kept for readers and type checkers
+
+
+def _raise(x: Any, error: ReshardError) -> None:
+    raise error
+
+
 def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple, hot_args: tuple) -> Any:
     """The replay of a plan that exchanges nothing before it runs (check off, every shape
     known when it was made, no autograd), or ``MISS``: what ``Call.replay`` would do for such

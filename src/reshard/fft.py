@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import agreement
+from .comm import current_or_none
 from .errors import InvalidArgument, MismatchError, ReshardError, UnsupportedDType
 from .layout import (
     Partial,
@@ -217,11 +218,12 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
 
     from . import ops
 
-    if not isinstance(mesh, Mesh):
-        raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
     torch_in = type(x).__module__.split(".")[0] == "torch"
     a, error, layout, lib, want, fields = x, None, (), None, None, {}
+    comm = mesh.comm if isinstance(mesh, Mesh) else current_or_none()  # without a mesh: the peers' likely one
     try:  # this rank's arguments; every rank learns below whether any rank's were wrong
+        if not isinstance(mesh, Mesh):
+            raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
         if torch_in:
             try:
                 a = x.detach().cpu().numpy()
@@ -247,8 +249,10 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
         fields = dict(zip(AGREED, (f"{kind}n", a.ndim, str(a.dtype), list(layout), list(axes), s,
                                    want and list(want), norm, backend), strict=True))
     except ReshardError as exc:
+        if comm is None:  # no communicator to tell the others through
+            raise
         error = exc
-    shape = _global_shape(ops, mesh, a, layout, error, fields)
+    shape = _global_shape(ops, comm, mesh, a, layout, error, fields)
     empty = [ax for ax in axes if shape[ax] == 0]
     if empty:  # every rank: the shape is the global one
         raise InvalidArgument(f"axis {empty[0]} of the global shape {list(shape)} has length 0: a transformed axis "
@@ -283,7 +287,7 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
     return a
 
 
-def _global_shape(ops: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], error: Exception | None,
+def _global_shape(ops: Any, comm: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], error: Exception | None,
                   fields: dict[str, Any]) -> tuple[int, ...]:
     """The global shape from every rank's piece, in one small all-gather that also carries
     whether each rank's arguments were valid and a digest of each argument that must be the
@@ -297,8 +301,8 @@ def _global_shape(ops: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], err
     digests = [int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=8).digest(), "little", signed=True)
                for v in fields.values()]
     row = [0 if error is None else 1, *(digests or [0] * len(AGREED)), *shape_in, *[0] * (3 - len(shape_in))]
-    every = np.asarray(ops.all_gather(np.array([row], dtype=np.int64), 0, comm=mesh.comm))
-    bad = [r for r in range(mesh.size) if every[r, 0]]
+    every = np.asarray(ops.all_gather(np.array([row], dtype=np.int64), 0, comm=comm))
+    bad = [r for r in range(len(every)) if every[r, 0]]
     if bad:
         if error is not None:
             raise error
@@ -306,9 +310,9 @@ def _global_shape(ops: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], err
     for k, (name, value) in enumerate(fields.items()):
         column = every[:, 1 + k].tolist()
         if len(set(column)) > 1:
-            mine = column[mesh.comm.rank]
+            mine = column[comm.rank]
             groups = agreement.describe_disagreement(name, column, lambda d, v=value, m=mine: repr(v) if d == m else "another value")
-            raise MismatchError(f"rank {mesh.comm.rank}: {fields['transform']}: {groups} (each rank's arguments "
+            raise MismatchError(f"rank {comm.rank}: {fields['transform']}: {groups} (each rank's arguments "
                                 "to the FFT must be the same)")
     pieces = every[:, 1 + len(AGREED) :]
     shape = []

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import execute, hosts_plan, planner, relayout, validate
-from .call import Call, begin
+from .call import Call, begin, refuse
 from .call import start as start_call
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
@@ -287,7 +287,7 @@ def redistribute(
     ``wait()`` returns the above.
     """
     if mesh is not None and not isinstance(mesh, Mesh):
-        raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
+        refuse("redistribute", x, comm, check, InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}"))
     if async_op:
         return start_call(
             "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
@@ -302,5 +302,6 @@ def redistribute(
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
         return relayout.redistribute_dtensor(x, dst, check)
     if mesh is None and (isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list))):
-        raise InvalidArgument("src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))")
+        refuse("redistribute", x, comm, check,
+               InvalidArgument("src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))"))
     return relayout.redistribute(x, src, dst, comm, mesh, global_shape, check, hot_tried=True)
