@@ -151,6 +151,13 @@ BAD = {
                           "InvalidArgument", "rank 2"),
     "num_experts differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3)] * 2
                             + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=6)], "MismatchError", "num_experts"),
+    # the records hold None as -1 and the algorithm as an index; the message shows what was passed
+    "capacity differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3)] * 2
+                         + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, capacity=2)],
+                         "MismatchError", "capacity differs across ranks: ranks 0,1: None; rank 2: 2"),
+    "algorithm differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, algorithm="flat")] * 2
+                          + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, algorithm="hierarchical")],
+                          "MismatchError", "algorithm differs across ranks: ranks 0,1: 'flat'; rank 2: 'hierarchical'"),
 }
 
 

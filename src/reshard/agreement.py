@@ -146,9 +146,11 @@ def _own_words(message: str, rank: int, op: str) -> str:
     return message
 
 
-def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_splits: bool = False) -> None:
+def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_splits: bool = False,
+            arg_text: dict[str, Callable[[int], str]] | None = None) -> None:
     """Raise MismatchError if the calls disagree on anything but the dims in ``free_dims``
-    (and the split sizes, when ``per_rank_splits``: all_to_all_v's send counts)."""
+    (and the split sizes, when ``per_rank_splits``: all_to_all_v's send counts). ``arg_text``:
+    how to show an argument whose record holds a code (an algorithm's index) by its name."""
     op = records[0].op
     if len({r.op for r in records}) > 1:
         raise MismatchError("ranks called different collectives: " + describe_disagreement("op", [r.op for r in records]).split(": ", 1)[1])
@@ -160,7 +162,7 @@ def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_s
     for i, name in enumerate(names):
         values = [r.args[i] for r in records]
         if len(set(values)) > 1:
-            raise MismatchError(f"{op}: " + describe_disagreement(name, values))
+            raise MismatchError(f"{op}: " + describe_disagreement(name, values, (arg_text or {}).get(name, str)))
     ndims = [len(r.shape) if r.shape is not None else -1 for r in records]
     if len(set(ndims)) > 1:
         raise MismatchError(f"{op}: " + describe_disagreement("number of dims", ndims))

@@ -183,6 +183,7 @@ class Call:
         self.replay_exchanges = True
         self.extra_gathered: Any = None
         self.voted = False  # this call took the vote already (its replay did)
+        self.arg_text: dict[str, Callable[[int], str]] = {}  # an argument's code as the user wrote it
 
     @functools.cached_property
     def record(self) -> agreement.Record:
@@ -356,7 +357,7 @@ class Call:
         if self.error is None and self.record.error_code:  # e.g. too many dims, found by encode
             self.error = agreement.ERROR_CODES[self.record.error_code](self.record.message)
         agreement.raise_errors(records, self.rank, self.error)
-        agreement.compare(records, free_dims, per_rank_splits)
+        agreement.compare(records, free_dims, per_rank_splits, self.arg_text)
         self.records = records
         return [r.shape for r in records]
 

@@ -64,6 +64,9 @@ class MoEHandle:
     hosts: moe_hosts.HostRoutes | None = field(default=None, repr=False)  # the hierarchical path's routes
 
 
+# The records hold capacity None as -1 and the algorithm as its index: a disagreement names them.
+ARG_TEXT = {"capacity": lambda v: "None" if v < 0 else str(v), "algorithm": lambda i: repr(validate.ALGORITHMS[i])}
+
 def _check_dispatch(x: Array, n: int, num_experts: Any, capacity: Any, expert_ids: Any, algorithm: Any = "flat",
                     hosts: Any = None) -> tuple[int, int | None, np.ndarray]:
     """(experts, capacity, expert ids as int64 ``[T, k]``), checked: a pure function."""
@@ -213,6 +216,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     if checked is not None:
         experts, cap, ids = checked
         call.record.args = (experts, ids.shape[1], -1 if cap is None else cap, validate.ALGORITHMS.index(algorithm))
+    call.arg_text = ARG_TEXT
     # The records first, check on or off (their sizes agree whatever the input: the counts'
     # do only once num_experts does), then every rank's count per expert.
     call.agree(free_dims=(0,), need_shapes=False)  # raises on every rank if any rank's input is wrong
@@ -348,6 +352,7 @@ def pipeline(
         num_experts, cap, ids, parts = checked
         call.record.args = (num_experts, ids.shape[1], -1 if cap is None else cap, parts,
                             validate.ALGORITHMS.index(algorithm))
+    call.arg_text = ARG_TEXT
     call.agree(free_dims=(0,), need_shapes=False)  # raises on every rank if any rank's input is wrong
     num_experts, cap, ids, parts = checked
     pairs = ids.reshape(-1)
