@@ -702,6 +702,29 @@ def redistribute_with_a_bad_mesh_on_one_rank(comm, bad_rank, how):
     return None
 
 
+def bad_comm_on_one_rank(comm, op, replay_first):
+    """Rank 2 passes ``op`` a string as its communicator, the others none (the process's);
+    with ``replay_first``, two good calls make and replay the plan before. Returns the error
+    each rank saw, or None."""
+    x = np.ones((6, 6), np.float32)
+    calls = {
+        "all_to_all": lambda c: rs.all_to_all(x, 0, 1, comm=c),
+        "all_to_all_v": lambda c: rs.all_to_all_v(x, [2, 2, 2], comm=c),
+        "all_reduce": lambda c: rs.all_reduce(x, comm=c),
+        "redistribute": lambda c: rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm=c, global_shape=(18, 6)),
+        "moe.dispatch": lambda c: rs.moe.dispatch(x, np.zeros(6, np.int64), num_experts=3, comm=c),
+        "async all_to_all": lambda c: rs.all_to_all(x, 0, 1, comm=c, async_op=True).wait(),
+    }
+    try:
+        if replay_first:
+            calls[op](None)
+            calls[op](None)
+        calls[op]("not a comm" if comm.rank == 2 else None)
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
 def fft_scipy_backend(comm):
     """fftn with backend='scipy': the piece, or the error where scipy is not installed."""
     mesh = rs.Mesh((4,), comm=comm)

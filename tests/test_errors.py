@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import rank_fns
 import reshard as rs
 from rank_fns import call_op
 
@@ -88,3 +89,15 @@ def test_unbalanced_shards_rejected_by_redistribute():
 
 def test_not_an_array():
     _all(run("all_to_all", dict(x=[1, 2, 3], split_dim=0, concat_dim=0)), "InvalidArgument", "numpy.ndarray")
+
+
+@pytest.mark.parametrize("op", ["all_to_all", "all_to_all_v", "all_reduce", "redistribute", "moe.dispatch",
+                                "async all_to_all"])
+@pytest.mark.parametrize("replay_first", [False, True])
+def test_a_rank_passing_no_communicator_raises_on_every_rank(op, replay_first):
+    """Rank 2 passes a string as comm: it runs the check on its process's communicator holding
+    the error (and never replays a plan made there), so the others raise too, naming it."""
+    results = rs.spawn(rank_fns.bad_comm_on_one_rank, 3, args=(op, replay_first), timeout=60)
+    for rank, seen in enumerate(results):
+        assert seen is not None and seen[0] == "InvalidArgument", (rank, seen)
+        assert "comm must be a reshard Comm" in seen[1] and "rank 2" in seen[1], (rank, seen)

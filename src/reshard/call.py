@@ -29,7 +29,7 @@ import numpy as np
 
 from . import agreement, handles
 from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
-from .comm import Comm, current
+from .comm import Comm, current, current_or_none
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .hot_replay import MISS, HotReplay, ReplayState, plain_key, replay_hot
 from .stats import ExchangeStats, set_last
@@ -85,6 +85,8 @@ def start(op: str, run: Callable[[], Any], comm: Comm | None, x: Any = None) -> 
         import torch.distributed as dist
 
         return handles.submit(op, dist.get_rank(), run, None)
+    if comm is not None and not isinstance(comm, Comm) and current_or_none() is not None:
+        comm = None  # the started call's Call names it, on every rank
     comm = current(comm)
     return handles.submit(op, comm.rank, run, comm)
 
@@ -136,6 +138,8 @@ def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
     a plan, without the ``Call``. It leaves a ``HotReplay`` for the next call with ``hot_args``."""
     if handles.pending():  # after the calls started before this one
         handles.settle()
+    if comm is not None and not isinstance(comm, Comm):
+        return MISS  # the Call names it, on every rank
     comm = current(comm)
     if comm.check if check is None else check:  # the vote: a Call's work
         return MISS
@@ -163,6 +167,13 @@ class Call:
     def __init__(self, op: str, x: Any, comm: Comm | None, check: bool | None, arg_names: Sequence[str] = ()):
         handles.settle()  # a blocking call runs after the calls started before it
         self.op = op
+        refused = None
+        if comm is not None and not isinstance(comm, Comm) and current_or_none() is not None:
+            # not a communicator: the call runs its check on the process's, holding the error,
+            # so that the peers there raise too (``refuse``)
+            refused = InvalidArgument(f"rank {current_or_none().rank}: {op}: comm must be a reshard Comm, "
+                                      f"got {type(comm).__name__}")
+            comm = None
         self.comm = current(comm)
         if self.comm.activity is not None:
             self.comm.activity.enter(op)
@@ -183,6 +194,9 @@ class Call:
         self.replay_exchanges = True
         self.extra_gathered: Any = None
         self.voted = False  # this call took the vote already (its replay did)
+        if refused is not None:
+            self.error = refused
+            self.record.fail(refused)
         self.arg_text: dict[str, Callable[[int], str]] = {}  # an argument's code as the user wrote it
 
     @functools.cached_property
@@ -199,7 +213,7 @@ class Call:
         of this op voted already, its votes are counted instead."""
         key = _signature(self.op, self.x, self.check, args)
         self.key = key
-        plan = None if key is None else self.comm.replay_cache.get(key)
+        plan = None if key is None or self.error is not None else self.comm.replay_cache.get(key)
         if plan is not None and plan.record is None and self.check:
             plan = None  # made without the records: it cannot vote
         x, arrays, prepared = self.x, self.arrays, None

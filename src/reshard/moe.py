@@ -26,7 +26,7 @@ from . import moe_hosts, moe_sums, moe_two_level, validate
 from .arrays import is_numpy, is_torch
 from .call import Call
 from .call import start as start_call
-from .comm import Comm, current
+from .comm import Comm
 from .errors import InvalidArgument, UnsupportedDType
 from .layout import check_int, offsets, shard_sizes
 from .moe_rows import exchange_segments, index_for, take_rows
@@ -209,8 +209,8 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     """``dispatch``; ``routable`` (bool ``[T * k]``, or None for all) marks the pairs that may
     travel: the others are dropped before any count (a pipeline's chunk, whose drops were
     decided on the whole batch)."""
-    comm_ = current(comm)
-    call = Call("moe.dispatch", tokens, comm_, check, ("num_experts", "top_k", "capacity", "algorithm"))
+    call = Call("moe.dispatch", tokens, comm, check, ("num_experts", "top_k", "capacity", "algorithm"))
+    comm_ = call.comm
     n, rank = call.size, call.rank
     checked = call.validate(_check_dispatch, n, num_experts, capacity, expert_ids, algorithm, comm_.hosts)
     if checked is not None:
@@ -344,8 +344,8 @@ def pipeline(
     The exchanges run started (``async_op=True``): every part's dispatch is started at once, and
     each part's combine as soon as its experts have run.
     """
-    comm_ = current(comm)
-    call = Call("moe.pipeline", tokens, comm_, check, ("num_experts", "top_k", "capacity", "chunks", "algorithm"))
+    call = Call("moe.pipeline", tokens, comm, check, ("num_experts", "top_k", "capacity", "chunks", "algorithm"))
+    comm_ = call.comm
     checked = call.validate(_check_pipeline, call.size, experts, chunks, capacity, expert_ids, algorithm,
                             comm_.hosts)
     if checked is not None:
