@@ -85,10 +85,14 @@ def start(op: str, run: Callable[[], Any], comm: Comm | None, x: Any = None) -> 
         import torch.distributed as dist
 
         return handles.submit(op, dist.get_rank(), run, None)
-    if comm is not None and not isinstance(comm, Comm) and current_or_none() is not None:
-        comm = None  # the started call's Call names it, on every rank
-    comm = current(comm)
+    comm = current(None if _stands_in(comm) else comm)  # a stand-in: the started call's Call names it
     return handles.submit(op, comm.rank, run, comm)
+
+
+def _stands_in(comm: Any) -> bool:
+    """Whether ``comm`` is given but is no communicator while the process has one: the call
+    then runs its check on the process's, holding the error, so that its peers there raise too."""
+    return comm is not None and not isinstance(comm, Comm) and current_or_none() is not None
 
 
 def begin(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
@@ -115,7 +119,7 @@ def begin(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
 def refuse(op: str, x: Any, comm: Comm | None, check: bool | None, error: ReshardError,
            arg_names: Sequence[str] = ()) -> None:
     """Raise ``error``, found before the call knew its communicator from its arguments (a mesh
-    that is not one), on every rank: this rank takes its part in the agreement on ``comm`` (or
+    that is not one, or none where the placements need one), on every rank: this rank takes its part in the agreement on ``comm`` (or
     the process's), as the others do on theirs, holding the error, so that they raise too
     instead of waiting for it. Where there is no communicator at all, raises it here alone."""
     try:
@@ -138,7 +142,7 @@ def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
     a plan, without the ``Call``. It leaves a ``HotReplay`` for the next call with ``hot_args``."""
     if handles.pending():  # after the calls started before this one
         handles.settle()
-    if comm is not None and not isinstance(comm, Comm):
+    if _stands_in(comm):
         return MISS  # the Call names it, on every rank
     comm = current(comm)
     if comm.check if check is None else check:  # the vote: a Call's work
@@ -168,11 +172,8 @@ class Call:
         handles.settle()  # a blocking call runs after the calls started before it
         self.op = op
         refused = None
-        if comm is not None and not isinstance(comm, Comm) and current_or_none() is not None:
-            # not a communicator: the call runs its check on the process's, holding the error,
-            # so that the peers there raise too (``refuse``)
-            refused = InvalidArgument(f"rank {current_or_none().rank}: {op}: comm must be a reshard Comm, "
-                                      f"got {type(comm).__name__}")
+        if _stands_in(comm):
+            refused = InvalidArgument(f"rank {current().rank}: {op}: comm must be a reshard Comm, got {type(comm).__name__}")
             comm = None
         self.comm = current(comm)
         if self.comm.activity is not None:

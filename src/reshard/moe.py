@@ -67,6 +67,7 @@ class MoEHandle:
 # The records hold capacity None as -1 and the algorithm as its index: a disagreement names them.
 ARG_TEXT = {"capacity": lambda v: "None" if v < 0 else str(v), "algorithm": lambda i: repr(validate.ALGORITHMS[i])}
 
+
 def _check_dispatch(x: Array, n: int, num_experts: Any, capacity: Any, expert_ids: Any, algorithm: Any = "flat",
                     hosts: Any = None) -> tuple[int, int | None, np.ndarray]:
     """(experts, capacity, expert ids as int64 ``[T, k]``), checked: a pure function."""
