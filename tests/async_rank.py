@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import warnings
@@ -99,15 +100,22 @@ def timed_out_wait(comm, marker):
     return None, None, rs.all_gather(x).tolist()
 
 
-def never_waited(comm):
-    """Started calls nobody waits for: the communicator's close finishes them, with a warning."""
+def never_waited(comm, finished_first=False):
+    """Started calls nobody waits for: the communicator's close finishes them, with a warning
+    that points at the line that started the first (``finished_first``: they are done before
+    the close, which still warns)."""
     x = np.ones((2, 2), np.float32) * (comm.rank + 1)
     threads_before = threading.active_count()
     h1, h2 = rs.all_reduce(x, async_op=True), rs.all_gather(x, async_op=True)
+    start_line = sys._getframe().f_lineno - 1
+    while finished_first and not (h1.done() and h2.done()):
+        time.sleep(0.001)  # polling the handles, not waiting for a race: done() is the condition
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         handles.close(comm)  # what comm.close() does first
-    return [str(w.message) for w in seen], h1.done(), h2.done(), float(h1.wait()[0, 0]), (threads_before, threading.active_count())
+    sites = [(w.filename, w.lineno, w.category.__name__) for w in seen]
+    return ([str(w.message) for w in seen], h1.done(), h2.done(), float(h1.wait()[0, 0]),
+            (threads_before, threading.active_count()), sites, (__file__, start_line))
 
 
 def started_then_dies(comm, victim, outdir):

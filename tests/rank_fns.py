@@ -764,3 +764,33 @@ def two_level_against_flat(comm, cases):
         except rs.ReshardError as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
     return out, errors
+
+
+def return_early(comm, early_rank, path):
+    """``early_rank`` returns after one collective; the others go on to a second, which it
+    never joins. It writes when it returned to ``path``."""
+    x = np.zeros((comm.size, 6), np.float32)
+    rs.all_gather(x)
+    if comm.rank == early_rank:
+        with open(path, "w") as f:
+            f.write(repr(time.time()))
+        return "returned"
+    return rs.redistribute(x, rs.Shard(0), rs.Shard(1)).shape
+
+
+def dtensor_given_src(comm, src_by_rank):
+    """A row-sharded DTensor redistributed to columns with ``src_by_rank[rank]`` passed as src
+    (None: left out): the result's local shard, or the error's class and message."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    device_mesh = init_device_mesh("cpu", (comm.size,))
+    full = torch.from_numpy(pattern((6, 4), "float32"))
+    dt = distribute_tensor(full, device_mesh, [Shard(0)])
+    src = src_by_rank[comm.rank]
+    try:
+        out = rs.redistribute(dt, dst=rs.Shard(1)) if src is None else rs.redistribute(dt, src, rs.Shard(1))
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    return "ok", out.to_local().numpy()

@@ -49,11 +49,21 @@ def test_a_wait_that_runs_out_raises_comm_timeout_and_the_call_goes_on(engine, t
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_handles_never_waited_are_finished_when_the_communicator_closes(engine):
-    for messages, done1, done2, value, threads in rs.spawn(async_rank.never_waited, 2, engine=engine):
-        assert len(messages) == 1 and "2 started call(s) never waited" in messages[0], messages
+    for messages, done1, done2, value, threads, _, _ in rs.spawn(async_rank.never_waited, 2, engine=engine):
+        assert len(messages) == 1 and "2 started calls never waited" in messages[0], messages
         assert "all_reduce" in messages[0] and "all_gather" in messages[0]
         assert done1 and done2 and value == 3.0
         assert threads[0] == threads[1], threads
+
+
+@pytest.mark.parametrize("finished_first", [False, True])
+def test_the_never_waited_warning_points_at_the_job_line_on_every_rank(finished_first):
+    results = rs.spawn(async_rank.never_waited, 3, engine="gloo", args=(finished_first,))
+    for rank, (messages, *_, sites, start) in enumerate(results):
+        assert len(messages) == 1 and messages[0].startswith("the communicator closes with 2 started calls"), messages
+        filename, line, category = sites[0]
+        assert category == "RuntimeWarning"
+        assert (filename, line) == start, (rank, sites, start)  # the job's line, not reshard's
 
 
 def test_a_rank_that_dies_with_a_call_pending_fails_the_others_wait_on_gloo(tmp_path):

@@ -34,10 +34,11 @@ def test_measured_facts_match_the_row_to_column_example():
     assert f["reduce_scatter"]["sums_values"] is True and f["all_reduce"]["sums_values"] is True
     # the reduce collectives start from Partial inputs: AllReduce leaves the whole sum everywhere
     assert f["all_reduce"]["full_tensor_on_every_rank"] is True and f["all_reduce"]["result_shape_per_rank"] == [[6, 6]] * 3
-    # a byte counts as sent only when it leaves its rank: 2 of 3 blocks of [2 x 2] float64
-    assert f["all_to_all"]["bytes_sent_per_rank"] == make_plan((6, 6), "row", "col", 3, "float64").bytes_sent_per_rank == [64] * 3
-    assert f["gather"]["bytes_sent_per_rank"] == [0, 96, 96]
-    assert f["all_gather"]["bytes_received_per_rank"] == [192] * 3
+    # a byte counts as sent only when it leaves its rank: 2 of 3 blocks of [2 x 2] float32
+    assert f["dtype"] == "float32"
+    assert f["all_to_all"]["bytes_sent_per_rank"] == make_plan((6, 6), "row", "col", 3, "float32").bytes_sent_per_rank == [32] * 3
+    assert f["gather"]["bytes_sent_per_rank"] == [0, 48, 48]
+    assert f["all_gather"]["bytes_received_per_rank"] == [96] * 3
 
 
 def test_answers_follow_the_facts():

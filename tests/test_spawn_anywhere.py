@@ -97,8 +97,11 @@ def test_the_same_error_on_every_rank_is_that_error(engine):
     err = info.value
     assert isinstance(err, rs.RankFailed) and err.ranks == [0, 1, 2]
     text = str(err)
-    assert text.startswith("MismatchError on every rank (ranks 0, 1, 2): all_to_all: dim 1 differs")
+    assert text.startswith("MismatchError on every rank (ranks 0-2): all_to_all: dim 1 differs")
     assert text.count("dim 1 differs") == 1  # the message once, not once per rank
+    # the job's line it was raised from, with its source; none of reshard's own frames
+    assert "rank_fns.py:" in text and "return rs.all_to_all(x, split_dim=0, concat_dim=0)" in text, text
+    assert "/reshard/" not in text, text
     assert all("Traceback" in err.failures[r] for r in range(3))  # each rank's traceback is kept
 
 

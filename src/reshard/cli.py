@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from .cli_common import make_console, parse_shape, placement, positive
 from .cli_plan import cmd_plan
 from .engines.available import ENGINES
-from .errors import ReshardError
+from .errors import InvalidArgument, ReshardError
 from .layout import Shard
 from .messages import LANGS, say
 
@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="run Gather, AllGather, ReduceScatter, AllToAll, AllReduce side by side and answer what each one sums, replicates and moves")
     explain.add_argument("--ranks", type=positive, default=3, help="number of local ranks (default 3)")
     explain.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
+    explain.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64"), default="float32",
+                         help="element type of the matrix, which sets every byte count shown (default float32)")
     explain.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     explain.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
     explain.add_argument("--json", action="store_true", help="the measured facts, machine-readable")
@@ -221,7 +223,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if len(args.shape) != 2:
         print(say("cli.error", args.lang, error="explain works on a matrix: --shape needs two sizes"), file=sys.stderr)
         return 2
-    facts = run_explain(args.ranks, args.shape, args.engine, args.timeout)
+    try:
+        facts = run_explain(args.ranks, args.shape, args.engine, args.timeout, args.dtype)
+    except InvalidArgument as exc:
+        print(say("cli.error", args.lang, error=str(exc)), file=sys.stderr)
+        return 2
     from .viz.scenes import FIVE, collective_scene
 
     console = make_console(args.no_color)

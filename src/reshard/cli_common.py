@@ -36,12 +36,20 @@ def positive(text: str) -> int:
     return value
 
 
+PIPED_WIDTH = 100  # columns of output to a pipe or a file when COLUMNS does not say
+
+
 def make_console(no_color: bool = False, stderr: bool = False):
+    """The console the commands print to: a terminal's own width (``COLUMNS`` where set);
+    piped, ``COLUMNS`` or ``PIPED_WIDTH``, so that logs read as they would in a terminal."""
+    import os
+
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=False, no_color=no_color or None, stderr=stderr)
     if not console.is_terminal:
-        console.width = max(console.width, 200)  # a pipe or a log: keep every table whole
+        columns = os.environ.get("COLUMNS", "")
+        console.width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
     return console
 
 

@@ -256,7 +256,15 @@ def collect(engine: str | None = None, ranks: int | None = None, timeout: float 
 
 
 def render(console: Any, report: dict[str, Any]) -> None:
-    """The report as tables, for a terminal or a bug report."""
+    """The report as tables, for a terminal or a bug report; no line carries trailing blanks."""
+    with console.capture() as captured:
+        _render(console, report)
+    lines = (re.sub(r" +((?:\x1b\[[0-9;]*m)*)$", r"\1", line) for line in captured.get().splitlines())
+    console.file.write("".join(line + "\n" for line in lines))
+    console.file.flush()
+
+
+def _render(console: Any, report: dict[str, Any]) -> None:
     from rich.table import Table
 
     def table(title: str, rows: list[tuple[str, str]]) -> None:
@@ -290,7 +298,7 @@ def render(console: Any, report: dict[str, Any]) -> None:
             line = f"works: {t['exchange_seconds'] * 1e3:.2f} ms for the exchange, {t['job_seconds']:.2f} s for the job"
             if "shared_memory_peers" in t:
                 pairs = sum(len(p or ()) for p in t["shared_memory_peers"].values()) // 2
-                line += f"; {pairs} pairs of ranks share memory"
+                line += "; 1 pair of ranks shares memory" if pairs == 1 else f"; {pairs} pairs of ranks share memory"
         else:
             line = f"no: {t['why']}"
         table(f"A real exchange on {t['ranks']} {t['engine']} ranks", [("result", line)])

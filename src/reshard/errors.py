@@ -26,12 +26,19 @@ class MismatchError(ReshardError, ValueError):
 class RankFailed(ReshardError, RuntimeError):
     """A rank died, raised, or did not finish in time.
 
-    ``failures`` maps rank -> a text (traceback or reason) for every rank that failed.
+    ``failures`` maps rank -> a text (traceback or reason) for every rank that failed, and
+    ``ranks`` lists them. From ``rs.spawn``, ``culprits`` are the ranks whose own code failed
+    (raised, ended, overran, or returned while others waited for them) and ``stopped`` the ranks
+    that failed only because of them; the message leads with the culprits. Raised inside a rank
+    (a peer's process ended), ``failures`` names the peers that were found gone.
     """
 
-    def __init__(self, message: str, failures: dict[int, str] | None = None):
+    def __init__(self, message: str, failures: dict[int, str] | None = None,
+                 culprits: list[int] | None = None, stopped: list[int] | None = None):
         super().__init__(message)
         self.failures: dict[int, str] = dict(failures or {})
+        self.culprits: list[int] = sorted(self.failures) if culprits is None else list(culprits)
+        self.stopped: list[int] = list(stopped or [])
 
     @property
     def ranks(self) -> list[int]:

@@ -14,31 +14,47 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InvalidArgument
 from .layout import Shard, local_shard
 from .plan import describe_region
 
 COLLECTIVES = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
+DTYPES = ("float32", "float64", "float16", "int32", "int64")
+DEFAULT_DTYPE = "float32"
 
 
-def base_matrix(shape: tuple[int, int]) -> np.ndarray:
+def base_matrix(shape: tuple[int, int], dtype: str = DEFAULT_DTYPE) -> np.ndarray:
     rows, cols = shape
-    return np.arange(rows * cols, dtype=np.float64).reshape(rows, cols) + rows * cols + 1
+    return (np.arange(rows * cols, dtype=np.int64).reshape(rows, cols) + rows * cols + 1).astype(dtype)
 
 
-def partial_input(shape: tuple[int, int], rank: int) -> np.ndarray:
+def partial_input(shape: tuple[int, int], rank: int, dtype: str = DEFAULT_DTYPE) -> np.ndarray:
     """This rank's full-size partial sum: A shifted by a multiple of K, distinct per rank."""
-    full = base_matrix(shape)
-    return full + rank * (full.size + 1)
+    full = base_matrix(shape, "int64")
+    return (full + rank * (full.size + 1)).astype(dtype)
 
 
-def explain_rank(comm: Any, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, dict[str, dict]]:
+def check_exact(shape: tuple[int, int], ranks: int, dtype: str) -> None:
+    """``InvalidArgument`` unless ``dtype`` holds every value and every sum explain makes exactly
+    (the values name the elements they came from, so none may round)."""
+    size = shape[0] * shape[1]
+    largest = ranks * 2 * size + (size + 1) * ranks * (ranks - 1) // 2  # the reduce collectives' largest sum
+    kind = np.dtype(dtype)
+    exact = (2 ** (np.finfo(kind).nmant + 1) if kind.kind == "f" else np.iinfo(kind).max)
+    if largest > exact:
+        raise InvalidArgument(
+            f"explain: {dtype} cannot hold the values of A[{shape[0]} x {shape[1]}] summed over {ranks} ranks "
+            f"exactly (the largest is {largest}, above {exact}); pick a wider --dtype")
+
+
+def explain_rank(comm: Any, shape: tuple[int, int], dtype: str = DEFAULT_DTYPE) -> tuple[np.ndarray, np.ndarray, dict[str, dict]]:
     """One rank: run every collective (the movement ones on its row block, the reduce ones on
     its partial sum); report outputs, bytes and allocations."""
     from . import ops
     from .errors import ReshardError
 
-    rows = np.ascontiguousarray(local_shard(base_matrix(shape), Shard(0), comm.rank, comm.size))
-    partial = partial_input(shape, comm.rank)
+    rows = np.ascontiguousarray(local_shard(base_matrix(shape, dtype), Shard(0), comm.rank, comm.size))
+    partial = partial_input(shape, comm.rank, dtype)
     calls = {
         "gather": lambda: ops.gather(rows, 0, dst=0),
         "all_gather": lambda: ops.all_gather(rows, 0),
@@ -82,15 +98,17 @@ def analyze(
 ) -> dict[str, Any]:
     """The measured facts for every collective (JSON-ready)."""
     n = len(rows_in)
+    dtype = rows_in[0].dtype
     shard_bytes = max(x.nbytes for x in rows_in) or 1
-    facts: dict[str, Any] = {"shape": list(shape), "ranks": n, "dtype": "float64", "collectives": {},
+    facts: dict[str, Any] = {"shape": list(shape), "ranks": n, "dtype": dtype.name, "itemsize": dtype.itemsize,
+                             "collectives": {},
                              "inputs": {"gather": "rows", "all_gather": "rows", "all_to_all": "rows",
                                         "reduce_scatter": "partial", "all_reduce": "partial"}}
     for name in COLLECTIVES:
         reduces = name in ("reduce_scatter", "all_reduce")
         ins = partial_in if reduces else rows_in
         # the tensor the inputs stand for: A, or the sum of the partial sums
-        full = sum(partial_in[1:], partial_in[0].copy()) if reduces else base_matrix(shape)
+        full = sum(partial_in[1:], partial_in[0].copy()) if reduces else base_matrix(shape, dtype.name)
         singles = set(v for x in ins for v in x.reshape(-1).tolist())
         per_rank = [rep[name] for rep in reports]
         errors = [p.get("error") for p in per_rank if "error" in p]
@@ -175,10 +193,12 @@ def answer(facts: dict[str, Any], collective: str = "all_to_all") -> dict[str, A
     }
 
 
-def run_explain(ranks: int, shape: tuple[int, int], engine: str, timeout: float = 60.0) -> dict[str, Any]:
+def run_explain(ranks: int, shape: tuple[int, int], engine: str, timeout: float = 60.0,
+                dtype: str = DEFAULT_DTYPE) -> dict[str, Any]:
     from .launch import spawn
 
-    results = spawn(explain_rank, ranks, engine=engine, args=(shape,), timeout=timeout)
+    check_exact(shape, ranks, dtype)
+    results = spawn(explain_rank, ranks, engine=engine, args=(shape, dtype), timeout=timeout)
     facts = analyze(shape, [r[0] for r in results], [r[1] for r in results], [r[2] for r in results])
     facts["engine"] = engine
     facts["answers"] = answer(facts)

@@ -15,6 +15,8 @@ timeout) is raised by ``wait()``, on every rank as the blocking call would raise
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
 from collections import deque
@@ -34,6 +36,7 @@ class Handle:
         self.op, self.rank = op, rank
         self._future = future
         self.waited = False
+        self.site = _caller_site()  # the job's line that started it, for the warning if never waited for
 
     def done(self) -> bool:
         return self._future.done()
@@ -128,18 +131,29 @@ class _Worker:
         """A communicator closes: calls it started and nobody waited for are finished first,
         with a warning (cancelling them on some ranks only would leave the others hanging)."""
         with self.lock:
-            never = [h for h in self.unwaited if not h.waited and not h.done()]
-            pending = any(c is comm for _, _, c in self.queue) or never
-        if pending:
-            warnings.warn(f"rank {comm.rank}: the communicator closes with {len(never)} started call(s) never waited "
-                          f"for ({', '.join(h.op for h in never)}): finished before it closes",
-                          RuntimeWarning, stacklevel=3)
+            never = [h for h in self.unwaited if not h.waited]
+        if never:  # whether or not it has finished by now: the same warning on every rank
+            calls = "1 started call" if len(never) == 1 else f"{len(never)} started calls"
+            filename, line = never[0].site
+            warnings.warn_explicit(
+                f"the communicator closes with {calls} never waited for "
+                f"({', '.join(h.op for h in never)}, the first started here): call .wait() on each handle",
+                RuntimeWarning, filename, line)
         self.settle()
         with self.lock:
             self.unwaited = [h for h in self.unwaited if not h.waited and not h.done()]
 
 
 _WORKER = _Worker()
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _caller_site() -> tuple[str, int]:
+    """(file, line) of the innermost frame outside reshard: the job's call."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno
 
 
 def submit(op: str, rank: int, run: Callable[[], Any], comm: Any) -> Handle:

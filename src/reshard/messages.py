@@ -90,6 +90,10 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "en": "Moved: {sent} sent and {received} received per rank (own piece excluded); {summed}.",
         "ko": "이동: rank마다 {sent} 송신, {received} 수신 (자기 조각 제외); {summed}.",
     },
+    "demo.moved_each": {
+        "en": "Moved, sent / received (own piece excluded): {per_rank}; {summed}.",
+        "ko": "이동, 송신 / 수신 (자기 조각 제외): {per_rank}; {summed}.",
+    },
     "demo.not_summed": {"en": "no values were summed", "ko": "값을 더하지 않는다"},
     "demo.summed": {"en": "values were summed", "ko": "값을 더했다"},
     "demo.ok": {
@@ -122,8 +126,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "placement.Replicate()": {"en": "replicated (Replicate())", "ko": "복제 (Replicate())"},
     "placement.Partial()": {"en": "partial sums (Partial())", "ko": "부분합 (Partial())"},
     "explain.title": {
-        "en": "reshard explain: five collectives on the same row-sharded A[{rows} x {cols}] over {ranks} local ranks ({engine}), measured",
-        "ko": "reshard explain: 같은 행 분할 A[{rows} x {cols}]에 다섯 가지 collective를 {ranks}개 로컬 rank({engine})에서 실행하고 측정",
+        "en": "reshard explain: five collectives on the same row-sharded A[{rows} x {cols}], {dtype} ({itemsize} B an element), over {ranks} local ranks ({engine}), measured",
+        "ko": "reshard explain: 같은 행 분할 A[{rows} x {cols}] ({dtype}, 원소당 {itemsize} B)에 다섯 가지 collective를 {ranks}개 로컬 rank({engine})에서 실행하고 측정",
     },
     "explain.inputs": {
         "en": "Every rank starts with its row block (rows per rank: {sizes}). A's values are unique, and any sum of two is bigger than every single value, so sums show.",
@@ -141,6 +145,12 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "en": "The row -> column example, blocks coloured by the rank holding them: before (Shard(0)), then after AllToAll (Shard(1)):",
         "ko": "row -> column 예제, 블록 색은 보유한 rank: 이전 (Shard(0)), 그리고 AllToAll 이후 (Shard(1)):",
     },
+    "explain.grid_legend": {
+        "en": "Aij:r is block (i, j) of A (row block i, column block j), held by rank r.",
+        "ko": "Aij:r은 A의 블록 (i, j)(행 블록 i, 열 블록 j)이며 rank r이 보유한다.",
+    },
+    "explain.grid_legend.replicated": {"en": "Aij:* is held whole by every rank.", "ko": "Aij:*는 모든 rank가 통째로 보유한다."},
+    "explain.grid_legend.partial": {"en": "Aij:+ is a partial sum on every rank.", "ko": "Aij:+는 모든 rank의 부분합이다."},
     "explain.q1": {"en": "Does AllToAll add values?", "ko": "AllToAll은 값을 더하는가?"},
     "explain.a1.no": {
         "en": "No. Each of the {elements} output elements equals exactly one input element (measured).",

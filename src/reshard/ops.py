@@ -253,8 +253,11 @@ def all_reduce(
     return execute.run(call, x, planner.all_reduce(call.rank, call.size, tuple(call.x.shape), op))
 
 
+_SRC_NOT_GIVEN = Shard(0)  # the default src: a DTensor's own placements stand for it
+
+
 def redistribute(
-    x: Array, src: Any = Shard(0), dst: Any = Shard(1), comm: Comm | None = None,
+    x: Array, src: Any = _SRC_NOT_GIVEN, dst: Any = Shard(1), comm: Comm | None = None,
     global_shape: Sequence[int] | None = None, *, mesh: Mesh | None = None, check: bool | None = None,
     async_op: bool = False,
 ) -> Array:
@@ -278,7 +281,8 @@ def redistribute(
     dim, and the change runs as the reductions of Partial sources on their mesh dims, then one
     exchange in which each rank receives only what it needs and does not hold. A PyTorch DTensor
     in gives a DTensor out (``rs.redistribute(dtensor, dst=...)``): its mesh and placements are
-    the source, and its shards keep DTensor's own split rule.
+    the source, and its shards keep DTensor's own split rule; a ``src`` given that differs from
+    its placements raises ``InvalidArgument`` naming both.
 
     With ``global_shape=None`` the shards' lengths are learned in one small exchange of
     integers; given, no metadata moves, and with ``check=False`` a repeated call makes no
@@ -300,7 +304,7 @@ def redistribute(
     if replayed is not MISS:
         return replayed
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
-        return relayout.redistribute_dtensor(x, dst, check)
+        return relayout.redistribute_dtensor(x, None if src is _SRC_NOT_GIVEN else src, dst, check)
     if mesh is None and (isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list))):
         refuse("redistribute", x, comm, check,
                InvalidArgument("src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))"))

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import execute, planner, validate
-from .call import Call, begin, wants_grad
+from .call import Call, begin, refuse, wants_grad
 from .comm import Comm
-from .errors import MismatchError
+from .errors import InvalidArgument, MismatchError, ReshardError
 from .hot_replay import MISS, replay_hot
 from .layout import Partial, Shard, mesh_region, parse_placements, shard_sizes, unravel
 from .mesh import Mesh
@@ -121,9 +121,10 @@ def _global_shape(shapes: list, src: tuple, mesh_shape: tuple, rule: str, world:
     return gshape
 
 
-def redistribute_dtensor(x: Any, dst: Any, check: bool | None) -> Any:
+def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -> Any:
     """A DTensor in, a DTensor out: the change runs on the DTensor's device mesh, with its local
-    tensor split as DTensor splits (torch.chunk's rule), and the result wrapped again."""
+    tensor split as DTensor splits (torch.chunk's rule), and the result wrapped again.
+    ``given_src`` (None: not given) must be the DTensor's own placements."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor import Partial as TorchPartial
     from torch.distributed.tensor import Replicate as TorchReplicate
@@ -135,11 +136,25 @@ def redistribute_dtensor(x: Any, dst: Any, check: bool | None) -> Any:
         mesh = (device_mesh, Mesh.from_torch(device_mesh))
         _MESHES[id(device_mesh)] = mesh
     src = parse_placements(x.placements)
+    if given_src is not None:
+        try:
+            said = parse_placements(given_src)
+        except ReshardError as exc:
+            said = exc
+        if said != src:
+            shown = given_src if isinstance(said, ReshardError) else _placements_text(said)
+            refuse("redistribute", x.to_local(), mesh[1].comm, check, InvalidArgument(
+                f"rank {mesh[1].comm.rank}: redistribute: src={shown} contradicts the DTensor's own placements "
+                f"{_placements_text(src)}; leave src out (a DTensor carries its layout) or pass its placements"))
     d_pl = parse_placements(dst)
     out = redistribute(x.to_local(), src, d_pl, None, mesh[1], tuple(x.shape), check, rule="chunk")
     placements = [TorchShard(p.dim) if isinstance(p, Shard) else TorchPartial(p.op) if isinstance(p, Partial)
                   else TorchReplicate() for p in d_pl]
     return DTensor.from_local(out, device_mesh, placements, run_check=False, shape=x.shape, stride=x.stride())
+
+
+def _placements_text(placements: Any) -> str:
+    return "(" + ", ".join(map(repr, placements)) + ("," if len(placements) == 1 else "") + ")"
 
 
 _MESHES: dict[int, tuple] = {}  # device mesh -> its reshard mesh (sub-communicators made once)

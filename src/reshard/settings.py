@@ -64,6 +64,10 @@ VARIABLES: tuple[Variable, ...] = (
              f"larger of its two settings; {NEVER_BYTES} or more means never. Unset: every message on x86-64, "
              "where the notes saying where a message lies go through shared memory too; 1048576 elsewhere, "
              "where they go as gloo messages", None, _bytes, default_text="0 on x86-64, 1048576 elsewhere"),
+    Variable("RESHARD_TRACEBACK", "1 keeps reshard's own frames in the tracebacks rs.spawn reports for its ranks "
+             "(by default only the job's frames and the libraries it called are shown)", False, _flag),
+    Variable("RESHARD_RANK_PREFIX", "0 passes the output of the ranks rs.spawn starts on as it is, without the "
+             "[rank N] in front of each line", True, _flag),
     Variable("RESHARD_RANK", "this rank's index, set by rs.spawn for the ranks it starts", None, int,
              set_by_reshard=True),
     Variable("RESHARD_WORLD_SIZE", "the number of ranks, set by rs.spawn for the torch ranks it starts", None, int,

@@ -32,8 +32,9 @@ NOTES_BY_GLOO_MIN_BYTES = 1 << 20
 _TOKEN_BYTES = 16
 # The outbox's first two cache lines: the token, the vote board's two slots of (seq, v0, v1),
 # then the host leader's two result slots of (seq, v0, v1, note): what it learned of the vote.
-_BOARD_BYTES = 128
+_BOARD_BYTES = 192
 BOARD_WORDS = _BOARD_BYTES // 8  # int64 words of one rank's board
+_CLOSED_AT = 16  # the board's word that its rank sets when it closes: it will never vote again
 _GONE = 1 << 32  # a leader's note: rank (note & 0xFFFFFFFF) - 1 of its host ended
 _LEADERS_FAILED = 1 << 33  # a leader's note: its all-reduce with the other hosts' leaders failed
 
@@ -356,8 +357,9 @@ class VoteBoard:
             raise RankFailed(f"rank {self.rank}: the check's vote among the hosts' lowest ranks failed "
                              f"(seen by rank {self.leader}, this host's lowest): a rank of another host may have ended")
         if note & _GONE:
-            raise RankFailed(f"rank {self.rank}: the check's vote found rank {(note & 0xFFFFFFFF) - 1} gone "
-                             "(its process ended; seen by the lowest rank of its host)")
+            gone = (note & 0xFFFFFFFF) - 1
+            raise RankFailed(f"rank {self.rank}: the check's vote found rank {gone} gone "
+                             "(its process ended; seen by the lowest rank of its host)", {gone: "its process ended"})
 
     def _wait_for(self, boards: dict[int, np.ndarray], at: int, seq: int, gone: list[int] | None = None) -> list[np.ndarray]:
         """Each of ``boards`` once its slot at ``at`` carries ``seq``; bounded by the timeout.
@@ -378,14 +380,29 @@ class VoteBoard:
                         return ready
                     if dead:
                         raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
-                                         f"{', '.join(map(str, dead))} gone (their process ended)")
+                                         f"{', '.join(map(str, dead))} gone (their process ended)",
+                                         dict.fromkeys(dead, "its process ended"))
+                    closed = sorted(q for q in waiting if self._closed(q))
+                    if closed:
+                        raise RankFailed(f"rank {self.rank}: rank(s) {', '.join(map(str, closed))} closed "
+                                         "the communicator (their job returned) without joining this collective",
+                                         dict.fromkeys(closed, "closed the communicator"))
                 if poll.expired():
                     raise CommTimeout(
                         f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
                         f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
         return ready
 
+    def _closed(self, peer: int) -> bool:
+        """Whether ``peer`` closed its board (a same-host peer's; one across hosts is not seen)."""
+        board = self.peers.get(peer)
+        return board is not None and board.size > _CLOSED_AT and bool(board[_CLOSED_AT])
+
     def close(self) -> None:
+        """Say to the peers that this rank will not vote again, then let go of the boards: a
+        peer still waiting for this rank's vote fails at once instead of at its timeout."""
+        if self.mine is not None and self.mine.size > _CLOSED_AT:
+            self.mine[_CLOSED_AT] = 1
         self.peers.clear()
         for fd in getattr(self, "files", ()):
             os.close(fd)

@@ -158,4 +158,5 @@ class Mailbox:
     def _raise_if_gone(self, what: str, peers: set[int]) -> None:
         dead = sorted(q for q in peers if not alive(self.pids.get(q)))
         if dead:
-            raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone (their process ended)")
+            raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone (their process ended)",
+                             dict.fromkeys(dead, "its process ended"))

@@ -18,7 +18,6 @@ import os
 import pickle
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -30,11 +29,10 @@ from .. import activity
 from ..engines.available import ENGINES, default_engine, missing_for
 from ..errors import InvalidArgument, MissingDependency
 from ..layout import check_int
+from .output import RankOutput
 from .payload import main_not_imported, pack, unguarded_call_site
 from .report import RankError, job_failed
 from .settings import FAILURE_GRACE_S
-
-STDERR_TAIL_BYTES = 4096  # what the report keeps of a rank's stderr
 
 
 def _context() -> Any:
@@ -97,6 +95,7 @@ def _spawn_torch(payload: bytes, size: int, engine: str, timeout: float, check: 
     procs: list[Any] = []
     conns: list[Any] = []
     errs: list[Any] = []
+    outs: list[Any] = []
     job = _Job(size)
     try:
         env = dict(os.environ)
@@ -104,27 +103,30 @@ def _spawn_torch(payload: bytes, size: int, engine: str, timeout: float, check: 
             for rank in range(size):
                 recv_end, send_end = ctx.Pipe(duplex=False)
                 err_end, err_send = ctx.Pipe(duplex=False)
+                out_end, out_send = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=torch_rank.run, name=f"reshard-rank-{rank}", daemon=True,
-                    args=(payload, rank, size, engine, tmp, timeout, check, env, send_end, err_send),
+                    args=(payload, rank, size, engine, tmp, timeout, check, env, send_end, err_send, out_send),
                 )
                 proc.start()
-                send_end.close()
-                err_send.close()
+                for end in (send_end, err_send, out_send):
+                    end.close()
                 procs.append(proc)
                 conns.append(recv_end)
                 errs.append(err_end)
-        job.collect(procs, conns, errs, time.monotonic() + timeout, timeout, tmp)
+                outs.append(out_end)
+        job.collect(procs, conns, errs, outs, time.monotonic() + timeout, timeout, tmp)
     except BaseException:  # Ctrl-C included: stop every rank before letting it through
         _stop(procs)
         raise
     finally:
         _stop(procs)
-        for c in conns + errs:
+        job.finish_output()
+        for c in conns + errs + outs:
             c.close()
         shutil.rmtree(tmp, ignore_errors=True)
     if job.failures:
-        raise job_failed(size, job.failures, job.stopped, job.raised, job.seen)
+        raise job_failed(size, job.failures, job.stopped, job.raised, job.seen, job.results)
     return [job.results[r] for r in range(size)]
 
 
@@ -137,13 +139,15 @@ class _Job:
         self.failures: dict[int, str] = {}
         self.raised: dict[int, RankError] = {}
         self.stopped: list[int] = []
-        self.stderr: dict[int, bytes] = {r: b"" for r in range(size)}
+        self.output = RankOutput(size)
         self.seen: dict[int, activity.Seen | None] = {}
+        self.streams: dict[Any, tuple[int, str]] = {}
 
-    def collect(self, procs: list[Any], conns: list[Any], errs: list[Any], deadline: float, timeout: float,
-                tmp: str) -> None:
+    def collect(self, procs: list[Any], conns: list[Any], errs: list[Any], outs: list[Any], deadline: float,
+                timeout: float, tmp: str) -> None:
         pending = set(range(len(procs)))
-        open_errs = {errs[r]: r for r in range(len(procs))}
+        open_errs = self.streams = {errs[r]: (r, "stderr") for r in range(len(procs))} | {
+            outs[r]: (r, "stdout") for r in range(len(procs))}
         first_failure: float | None = None
         while pending:
             until = deadline if first_failure is None else min(deadline, first_failure + FAILURE_GRACE_S)
@@ -168,6 +172,7 @@ class _Job:
                 if msg is None:
                     procs[rank].join(5)
                     self._drain(errs[rank], open_errs)
+                    self._drain(outs[rank], open_errs)
                     self.failures[rank] = self._death(rank, procs[rank].exitcode)
                 elif msg[0] == "ok":
                     self.results[rank] = msg[1]
@@ -189,27 +194,34 @@ class _Job:
             else:
                 self.failures[rank] = f"rank {rank} did not finish within the timeout of {timeout:g} s{where}; stopped"
 
-    def _pass_on(self, err: Any, open_errs: dict[Any, int]) -> None:
-        """Forward what a rank wrote to stderr, and keep its tail for the report."""
-        rank = open_errs[err]
+    def _pass_on(self, pipe: Any, open_pipes: dict[Any, tuple[int, str]]) -> None:
+        """Forward what a rank wrote to stdout or stderr, whole lines at a time."""
+        rank, stream = open_pipes[pipe]
         try:
-            data = os.read(err.fileno(), 65536)
+            data = os.read(pipe.fileno(), 65536)
         except OSError:
             data = b""
         if not data:
-            del open_errs[err]
+            del open_pipes[pipe]
             return
-        sys.stderr.write(data.decode(errors="replace"))
-        sys.stderr.flush()
-        self.stderr[rank] = (self.stderr[rank] + data)[-STDERR_TAIL_BYTES:]
+        self.output.feed(rank, stream, data)
 
-    def _drain(self, err: Any, open_errs: dict[Any, int]) -> None:
-        while err in open_errs and err.poll(0):
-            self._pass_on(err, open_errs)
+    def _drain(self, pipe: Any, open_pipes: dict[Any, tuple[int, str]]) -> None:
+        while pipe in open_pipes and pipe.poll(0):
+            self._pass_on(pipe, open_pipes)
+
+    def finish_output(self) -> None:
+        """What the ranks wrote until they ended, then the unfinished last lines."""
+        for pipe in list(self.streams):
+            try:
+                self._drain(pipe, self.streams)
+            except (OSError, ValueError):
+                self.streams.pop(pipe, None)
+        self.output.flush()
 
     def _death(self, rank: int, code: int | None) -> str:
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended with exit code {code}"
-        tail = self.stderr[rank].decode(errors="replace").strip().splitlines()[-15:]
+        tail = self.output.stderr_tail[rank].decode(errors="replace").strip().splitlines()[-15:]
         said = ("; the last lines it wrote to stderr:\n" + "\n".join(tail)) if tail else "; it wrote nothing to stderr"
         return f"rank {rank} {how} before reporting a result{said}"
 

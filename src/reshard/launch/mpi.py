@@ -18,13 +18,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 from .. import activity
 from ..errors import InvalidArgument
+from .output import RankOutput
 from .report import RankError, job_failed
 from .settings import MALLOC_KEEP
 
+FOLLOW_S = 0.05  # how often the ranks' output files are read while the job runs
 RESULT = "result-{rank}.pkl"
 PAYLOAD = "payload.pkl"
 
@@ -78,34 +81,63 @@ def spawn_mpi(payload: bytes, size: int, timeout: float, check: bool) -> list[An
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // size)))
         for key, value in MALLOC_KEEP.items():  # see launch.settings: no page faults per call
             env.setdefault(key, value)
-        proc = subprocess.Popen(
-            cmd, env=env, start_new_session=True, stdin=subprocess.DEVNULL, stdout=None, stderr=subprocess.PIPE,
-            text=True,
-        )
+        output, offsets = RankOutput(size), {}
+        launcher_err = os.path.join(tmp, "launcher-stderr")
+        with open(launcher_err, "wb") as err_file:
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdin=subprocess.DEVNULL, stdout=None,
+                                    stderr=err_file)
         timed_out = False
         try:
-            _, stderr = proc.communicate(timeout=timeout + 10)  # ranks time out first, then this
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            _, stderr = proc.communicate()
+            timed_out = not _follow(proc, tmp, size, output, time.monotonic() + timeout + 10, offsets)  # ranks first
         except BaseException:
             _kill_group(proc)
             raise
+        if timed_out:
+            _kill_group(proc)
+        _pass_on(tmp, size, output, offsets)
+        output.flush()
+        stderr = _read_text(launcher_err)
         results, failures, raised = _read_results(tmp, size)
         seen = {r: activity.read(os.path.join(tmp, f"activity-{r}")) for r in range(size)}
-        rank_stderr = {r: _read_text(os.path.join(tmp, f"stderr-{r}")) for r in range(size)}
+        rank_stderr = {r: output.stderr_tail[r].decode(errors="replace") for r in range(size)}
     finally:
         if proc is not None and proc.poll() is None:
             _kill_group(proc)
         shutil.rmtree(tmp, ignore_errors=True)
-    for text in [*rank_stderr.values(), stderr]:  # what the ranks and the launcher wrote there, passed on
-        if text:
-            sys.stderr.write(text)
+    if stderr and all(err.consequence for err in raised.values()):
+        sys.stderr.write(stderr)  # the launcher's own words, unless a rank reported the cause itself
     if failures or len(results) < size:
         return _raise_failed(results, failures, raised, size, timed_out, timeout, proc.returncode, stderr, seen,
                              rank_stderr)
     return [results[r] for r in range(size)]
+
+
+def _follow(proc: subprocess.Popen, tmp: str, size: int, output: RankOutput, deadline: float,
+            offsets: dict[str, int]) -> bool:
+    """Pass the ranks' output on while the launcher runs; False if it overran ``deadline``."""
+    while True:
+        try:
+            proc.wait(FOLLOW_S)
+            return True
+        except subprocess.TimeoutExpired:
+            _pass_on(tmp, size, output, offsets)
+            if time.monotonic() > deadline:
+                return False
+
+
+def _pass_on(tmp: str, size: int, output: RankOutput, offsets: dict[str, int]) -> None:
+    """What each rank wrote to its stdout and stderr files since ``offsets`` (each file's)."""
+    for rank in range(size):
+        for stream in ("stdout", "stderr"):
+            path = os.path.join(tmp, f"{stream}-{rank}")
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offsets.get(path, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            offsets[path] = offsets.get(path, 0) + len(data)
+            output.feed(rank, stream, data)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -169,4 +201,4 @@ def _raise_failed(
             cause = "another rank failed" if culprit is None or r == culprit else f"rank {culprit} ended"
             failures[r] = f"rank {r} was stopped after {cause}{where}"
             stopped.append(r)
-    raise job_failed(size, failures, stopped, raised, seen)
+    raise job_failed(size, failures, stopped, raised, seen, results)

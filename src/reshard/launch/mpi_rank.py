@@ -30,7 +30,7 @@ def _write(tmp: str, rank: int, status: str, value: object) -> str:
     return status
 
 
-def _all_failed(world: object, seconds: float = 3.0) -> bool:
+def _all_failed(world: object, seconds: float = 1.0) -> bool:
     """Whether every rank reaches this point (all failed) within ``seconds``: then each exits on
     its own and reports; else the peers still in a collective are stopped with MPI_Abort."""
     req = world.Ibarrier()
@@ -45,14 +45,17 @@ def _all_failed(world: object, seconds: float = 3.0) -> bool:
 def main(tmp: str) -> None:
     _die_with_parent()
     rank_env = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK") or os.environ.get("PMI_RANK")
-    if rank_env is not None:  # this rank's stderr into its own file, which rs.spawn reads back
-        fd = os.open(os.path.join(tmp, f"stderr-{rank_env}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(fd, 2)
-        os.close(fd)
+    if rank_env is not None:  # this rank's stdout and stderr into files of its own, which rs.spawn passes on
+        for stream, target in (("stdout", 1), ("stderr", 2)):
+            fd = os.open(os.path.join(tmp, f"{stream}-{rank_env}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdout.reconfigure(line_buffering=True)
     sys.modules.setdefault("reshard.launch.mpi_rank", sys.modules[__name__])  # run as -m: make it findable
     faulthandler.enable()
     from mpi4py import MPI
 
+    from .payload import unpack
     from .report import rank_error
 
     rank = MPI.COMM_WORLD.Get_rank()
@@ -62,12 +65,13 @@ def main(tmp: str) -> None:
             for entry in reversed(head["sys_path"]):
                 if entry not in sys.path:
                     sys.path.insert(0, entry)
-            fn, args = pickle.load(f)
+            fn, args = unpack(pickle.load(f))
     except BaseException as exc:
         _write(tmp, rank, "error", rank_error(exc, rank, " while loading fn"))
         MPI.COMM_WORLD.Abort(1)
 
     from .. import comm as comm_mod
+    from .. import handles
     from ..activity import Activity
     from ..engines.mpi_engine import init_mpi
 
@@ -77,7 +81,11 @@ def main(tmp: str) -> None:
         comm = comm_mod.Comm(init_mpi(head["timeout"]), check=head["check"], timeout=head["timeout"])
         comm.activity = Activity(os.path.join(tmp, f"activity-{rank}"))
         comm_mod.set_current(comm)
-        status = _write(tmp, rank, "ok", fn(comm, *args))
+        if head["check"]:  # the vote's board now, while every rank is here: one that returns early is seen
+            comm.adapter.vote_board()
+        result = fn(comm, *args)
+        handles.close(comm)  # calls started and never waited for: finished, with the warning, before reporting
+        status = _write(tmp, rank, "ok", result)
     except BaseException as exc:
         status = _write(tmp, rank, "error", rank_error(exc, rank))
     if status != "ok":

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import linecache
 import os
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,10 +24,70 @@ from ..errors import InvalidArgument
 
 
 def pack(fn: Any, args: tuple) -> bytes:
+    """``fn`` and ``args`` for the ranks, with where the caller's main module's code lives:
+    cloudpickle names code it sends by value ``<dynamic-code>``, and a rank's traceback should
+    show the job's own file, line and source."""
+    files = _main_code_files(fn)
+    sources = {name: linecache.getlines(name) for name in set(files.values())}
     try:
-        return cloudpickle.dumps((fn, args))
+        return cloudpickle.dumps((fn, args, files, sources))
     except Exception as exc:
         raise InvalidArgument(f"fn and args must be picklable to reach the ranks, but {fn!r}: {exc}") from None
+
+
+def unpack(packed: tuple) -> tuple[Any, tuple]:
+    """In a rank: ``(fn, args)`` from ``pack``'s tuple, the job's code named by its own files."""
+    fn, args, files, sources = packed
+    for name, lines in sources.items():
+        if lines:
+            linecache.cache[name] = (sum(map(len, lines)), None, lines, name)  # None: never reread
+    if files:
+        seen: set[int] = set()
+        _rename(fn, files, seen)
+        for value in list(getattr(fn, "__globals__", {}).values()):
+            _rename(value, files, seen)
+    return fn, args
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+def _main_code_files(fn: Any) -> dict[tuple[str, int], str]:
+    """(name, first line) -> file of every code object of the main module's functions and of ``fn``."""
+    main = sys.modules.get("__main__")
+    values = [fn, *(vars(main).values() if main is not None else ())]
+    files: dict[tuple[str, int], str] = {}
+    for value in values:
+        for func in _functions(value):
+            if func.__module__ == "__main__":
+                for code in _codes(func.__code__):
+                    files[(code.co_name, code.co_firstlineno)] = code.co_filename
+    return files
+
+
+def _functions(value: Any) -> list[types.FunctionType]:
+    if isinstance(value, types.FunctionType):
+        return [value]
+    if isinstance(value, type) and value.__module__ == "__main__":
+        return [v for v in vars(value).values() if isinstance(v, types.FunctionType)]
+    return []
+
+
+def _rename(value: Any, files: dict[tuple[str, int], str], seen: set[int]) -> None:
+    for func in _functions(value):
+        if id(func) not in seen and func.__code__.co_filename == "<dynamic-code>":
+            seen.add(id(func))
+            func.__code__ = _renamed(func.__code__, files)
+
+
+def _renamed(code: types.CodeType, files: dict[tuple[str, int], str]) -> types.CodeType:
+    consts = tuple(_renamed(c, files) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    name = files.get((code.co_name, code.co_firstlineno), code.co_filename)
+    return code.replace(co_filename=name, co_consts=consts)
 
 
 def unguarded_call_site() -> str | None:

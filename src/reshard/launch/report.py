@@ -1,35 +1,87 @@
-"""What a job's ranks sent back, turned into the exception ``rs.spawn`` raises: one that names
-the ranks and says why each failed, and that is also the ``ReshardError`` subclass every rank
-raised when they all raised the same one."""
+"""What a job's ranks sent back, turned into the exception ``rs.spawn`` raises.
+
+The exception leads with the root cause: the ranks whose own code failed (or that ended, or
+returned while others waited for them), with their exception and the job's own frames; then
+one line for each group of ranks that stopped because of them. When every rank raised the same
+``ReshardError`` subclass, the exception is also an instance of that subclass. Each rank's whole
+report stays in ``failures``.
+"""
 
 from __future__ import annotations
 
+import os
 import pickle
+import sysconfig
 import traceback
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
-from .. import activity, errors
-from ..errors import RankFailed, ReshardError, on_every_rank
+from .. import activity, errors, settings
+from ..errors import CommTimeout, RankFailed, ReshardError, on_every_rank
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARIES = tuple(
+    os.path.abspath(p) + os.sep
+    for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} if p
+)
 
 
 @dataclass(frozen=True)
 class RankError:
-    """A rank's exception, as it travels back: the traceback, and the reshard error class
-    (its name in ``reshard.errors``) and message when it was one."""
+    """A rank's exception, as it travels back.
+
+    ``text``: the whole traceback; ``reshard_class`` and ``message``: the reshard error class
+    (its name in ``reshard.errors``) and message when it was one; ``summary``: ``Type: message``;
+    ``frames``: the traceback without reshard's own frames; ``site``: the job's innermost frame
+    (``file:line in function``) with its source line; ``consequence``: it only reports that a
+    peer failed (a ``RankFailed`` or ``CommTimeout`` raised inside the rank); ``blames``: the
+    peers it names as gone."""
 
     text: str
     reshard_class: str | None = None
     message: str = ""
+    summary: str = ""
+    frames: str = ""
+    site: str = ""
+    consequence: bool = False
+    blames: tuple[int, ...] = field(default_factory=tuple)
+
+
+def is_reshard_frame(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE)
+
+
+def _is_library_frame(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_LIBRARIES)
+
+
+def job_frames(tb: object) -> list[traceback.FrameSummary]:
+    """The frames of ``tb`` outside reshard (the job's, and the libraries it called)."""
+    return [f for f in traceback.extract_tb(tb) if not is_reshard_frame(f.filename)]  # type: ignore[arg-type]
+
+
+def job_site(frames: Sequence[traceback.FrameSummary]) -> str:
+    """The job's innermost frame as ``file:line in function`` and its source line."""
+    own = [f for f in frames if not _is_library_frame(f.filename)] or list(frames)
+    if not own:
+        return ""
+    f = own[-1]
+    source = f"\n    {f.line.strip()}" if f.line else ""
+    return f"{f.filename}:{f.lineno} in {f.name}{source}"
 
 
 def rank_error(exc: BaseException, rank: int, what: str = "") -> RankError:
     """``exc`` (being handled on ``rank``) as it goes back to the parent."""
     text = f"{type(exc).__name__} on rank {rank}{what}\n{traceback.format_exc()}"
     name = type(exc).__name__
-    if isinstance(exc, ReshardError) and getattr(errors, name, None) is type(exc):
-        return RankError(text, name, str(exc))
-    return RankError(text)
+    message = str(exc)
+    frames = job_frames(exc.__traceback__)
+    summary = f"{name}: {message}" if message else name
+    shown = "".join(traceback.format_list(frames))
+    consequence = isinstance(exc, (RankFailed, CommTimeout))
+    blames = tuple(exc.ranks) if isinstance(exc, RankFailed) else ()
+    cls = name if isinstance(exc, ReshardError) and getattr(errors, name, None) is type(exc) else None
+    return RankError(text, cls, message if cls else "", summary, shown, job_site(frames), consequence, blames)
 
 
 def encode(status: str, value: object, rank: int) -> tuple[str, bytes]:
@@ -37,42 +89,154 @@ def encode(status: str, value: object, rank: int) -> tuple[str, bytes]:
     try:
         return status, pickle.dumps((status, value), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # e.g. a return value that cannot be pickled
-        note = RankError(f"rank {rank}: could not send its return value back: {type(exc).__name__}: {exc}")
+        text = f"rank {rank}: could not send its return value back: {type(exc).__name__}: {exc}"
+        note = RankError(text, summary=text)
         return "error", pickle.dumps(("error", note), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def job_failed(
     size: int, failures: dict[int, str], stopped: Sequence[int], raised: dict[int, RankError],
-    seen: dict[int, activity.Seen | None] | None = None,
+    seen: dict[int, activity.Seen | None] | None = None, returned: Iterable[int] = (),
 ) -> RankFailed:
-    """The exception for a job whose ranks ``failures`` failed (``stopped``: stopped because
-    another failed first); ``raised``: the exceptions ranks reported themselves; ``seen``: where
-    each rank was, added to the report of each rank that raised a timeout."""
+    """The exception for a job whose ranks ``failures`` failed.
+
+    ``stopped``: ranks stopped by the launcher because another failed first; ``raised``: the
+    exceptions ranks reported themselves; ``seen``: where each rank was; ``returned``: ranks
+    that returned their result (named as culprits where a peer failed waiting for them)."""
+    seen = seen or {}
+    returned = set(returned)
     for r, err in raised.items():
-        where = (seen or {}).get(r)
+        where = seen.get(r)
         if where is not None and err.reshard_class == "CommTimeout":
             failures[r] = f"{failures[r].rstrip()}\n(rank {r}: {where.describe()})"
+    full = settings.read("RESHARD_TRACEBACK")
     classes = {raised[r].reshard_class for r in raised}
-    if len(raised) == size and len(classes) == 1 and None not in classes:
-        name = classes.pop()
-        by_message: dict[str, list[int]] = {}
-        for r in sorted(raised):
-            by_message.setdefault(raised[r].message, []).append(r)
-        head = f"{name} on every rank ({_ranks(range(size))})"
-        if len(by_message) == 1:
-            text = f"{head}: {next(iter(by_message))}"
-        else:
-            text = head + ":\n" + "\n".join(f"  {_ranks(rs)}: {m}" for m, rs in by_message.items())
-        return on_every_rank(getattr(errors, name))(text, failures)
-    causes = {r: t for r, t in failures.items() if r not in stopped}
-    head = f"{len(causes)} of {size} ranks failed: " + ", ".join(f"rank {r}" for r in sorted(causes))
-    if stopped:
-        head += f" (stopped afterwards: {', '.join(f'rank {r}' for r in sorted(stopped))})"
-    body = "\n".join(f"--- rank {r} ---\n{causes[r].rstrip()}" for r in sorted(causes))
-    body += "".join(f"\n--- rank {r} (stopped) ---\n{failures[r].rstrip()}" for r in sorted(stopped))
-    return RankFailed(f"{head}\n{body}", failures)
+    if len(raised) == size and len(classes) == 1 and None not in classes and not all(
+        raised[r].consequence for r in raised
+    ):
+        return _same_everywhere(size, raised, failures, classes.pop(), full)
+
+    # The culprits: ranks that raised of their own accord or ended; then those returned ranks
+    # that a stopped peer names; failing both (every rank timed out, say), every failed rank.
+    own = {r for r in failures if r not in stopped and not (r in raised and raised[r].consequence)}
+    blamed = {q for r in raised if raised[r].consequence for q in raised[r].blames}
+    early = sorted(q for q in blamed & returned if q not in own)
+    culprits = sorted(own | set(early)) or sorted(failures)
+    for q in early:
+        failures[q] = f"rank {q} returned after {_calls(seen.get(q))} while its peers waited for it"
+    lines: list[str] = []
+    for text, ranks in _grouped({r: _cause(r, raised, failures, seen, full) for r in culprits if r not in early}):
+        lines.append(f"{_ranks_text(ranks)} {text}" if text.startswith("failed: ") else _with_ranks(ranks, text))
+    if early:
+        waiting = sorted(r for r in failures if r not in culprits)
+        lines.insert(0, "; ".join(
+            [f"{_ranks_text(early)} returned after {_calls(seen.get(early[0]))}"]
+            + ([f"{_ranks_text(waiting)} were waiting in {_where(seen.get(waiting[0]))}"] if waiting else [])
+        ) if len(early) == 1 else f"{_ranks_text(early)} returned while their peers waited for them")
+    followers = {r: _stopped_line(r, culprits, early, raised, failures, seen) for r in sorted(failures) if r not in culprits}
+    for text, ranks in _grouped(followers):
+        lines.append(_with_ranks(ranks, text))
+    if not full and any(raised[r].frames != _frames_of(raised[r].text) for r in raised):
+        lines.append("(reshard's own frames are left out: RESHARD_TRACEBACK=1 shows them; "
+                     "every rank's whole report is in .failures)")
+    return RankFailed("\n".join(lines), failures, culprits, sorted(r for r in failures if r not in culprits))
 
 
-def _ranks(ranks: Sequence[int] | range) -> str:
-    ranks = list(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+def _same_everywhere(size: int, raised: dict[int, RankError], failures: dict[int, str], name: str,
+                     full: bool) -> RankFailed:
+    """Every rank raised the same reshard error: its message once per distinct text, and the
+    job's line it was raised from."""
+    by_message: dict[str, list[int]] = {}
+    for r in sorted(raised):
+        by_message.setdefault(_without_own_prefix(raised[r].message, r), []).append(r)
+    head = f"{name} on every rank ({_ranks_text(range(size))})"
+    if len(by_message) == 1:
+        text = f"{head}: {next(iter(by_message))}"
+    else:
+        text = head + ":\n" + "\n".join(f"  {_with_ranks(rs, m)}" for m, rs in by_message.items())
+    sites = {raised[r].site for r in raised if raised[r].site}
+    if full:
+        text += "\n" + raised[min(raised)].text.rstrip()
+    elif len(sites) == 1:
+        text += "\n  raised from " + sites.pop().replace("\n", "\n  ")
+    return on_every_rank(getattr(errors, name))(text, failures, sorted(raised), [])
+
+
+def _cause(r: int, raised: dict[int, RankError], failures: dict[int, str], seen: dict, full: bool) -> str:
+    """What went wrong on culprit ``r``, with the job's frames (all frames where ``full``)."""
+    err = raised.get(r)
+    if err is None:  # it ended, overran or was stopped: the launcher's words
+        return _without_own_prefix(failures[r].rstrip(), r)
+    head = f"failed: {_without_own_prefix(err.summary or err.text.splitlines()[0], r)}"
+    frames = _frames_of(err.text) if full else err.frames
+    body = "".join("\n  " + line for line in frames.rstrip().splitlines())
+    return head + body
+
+
+def _stopped_line(r: int, culprits: Sequence[int], early: Sequence[int], raised: dict[int, RankError],
+                  failures: dict[int, str], seen: dict) -> str:
+    err = raised.get(r)
+    blamed = sorted(set(err.blames) & set(culprits)) if err is not None else []
+    who = blamed or list(culprits)
+    where = seen.get(r)
+    if err is None and "did not finish within the timeout" in failures[r]:
+        return _without_own_prefix(failures[r], r)
+    if where is None or not (where.current or where.last):
+        return f"stopped: {_ranks_text(who)} ended"
+    if who and set(who) <= set(early):
+        return f"stopped: {_ranks_text(who)} returned while this rank waited in {_where(where)}"
+    return f"stopped: {_ranks_text(who)} ended during {_where(where)}"
+
+
+def _where(seen: activity.Seen | None) -> str:
+    if seen is None:
+        return "a collective"
+    return f"{seen.current or seen.last} (call {seen.calls})"
+
+
+def _calls(seen: activity.Seen | None) -> str:
+    n = seen.calls if seen is not None else 0
+    return "1 collective call" if n == 1 else f"{n} collective calls"
+
+
+def _frames_of(text: str) -> str:
+    """The frames of a whole traceback text, for ``RESHARD_TRACEBACK=1``."""
+    lines = text.splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if line.startswith("Traceback")), 0)
+    return "\n".join(line for line in lines[start:] if line.startswith(" ")) + "\n"
+
+
+def _without_own_prefix(text: str, r: int) -> str:
+    """``text`` without the ``rank r: `` it may begin with (the report names the ranks itself)."""
+    for prefix in (f"rank {r}: ", f"{RankFailed.__name__}: rank {r}: ", f"{CommTimeout.__name__}: rank {r}: "):
+        if text.startswith(prefix):
+            return text[: len(prefix) - len(f"rank {r}: ")] + text[len(prefix):]
+    return text
+
+
+def _grouped(texts: dict[int, str]) -> list[tuple[str, list[int]]]:
+    groups: dict[str, list[int]] = {}
+    for r in sorted(texts):
+        groups.setdefault(texts[r], []).append(r)
+    return [(t, rs) for t, rs in groups.items()]
+
+
+def _with_ranks(ranks: Sequence[int], text: str) -> str:
+    return f"{_ranks_text(ranks)}: {text}" if not text.startswith("rank ") else text
+
+
+def _ranks_text(ranks: Iterable[int], word: bool = True) -> str:
+    """``rank 2``, ``ranks 0, 2`` or ``ranks 0-3`` (runs of three or more as ranges)."""
+    ranks = sorted(ranks)
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(f"{ranks[i]}-{ranks[j]}" if j - i >= 2 else ", ".join(map(str, ranks[i:j + 1])))
+        i = j + 1
+    body = ", ".join(parts)
+    if not word:
+        return body
+    return ("rank " if len(ranks) == 1 else "ranks ") + body

@@ -13,6 +13,7 @@ from typing import Any
 import torch  # noqa: F401  (preloaded in the fork server so every rank starts without importing it)
 import torch.distributed  # noqa: F401
 
+from .payload import unpack
 from .report import encode, rank_error
 from .settings import KEEP_FREED_BYTES, TOP_PAD_BYTES
 
@@ -45,13 +46,16 @@ def _die_with_parent() -> None:
 
 def run(
     payload: bytes, rank: int, size: int, engine: str, tmp: str, timeout: float, check: bool,
-    env: dict[str, str], conn: Any, err_conn: Any,
+    env: dict[str, str], conn: Any, err_conn: Any, out_conn: Any,
 ) -> None:
     _die_with_parent()
     if hasattr(signal, "pthread_sigmask"):  # a fork server started while rs.spawn held Ctrl-C holds it too
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    os.dup2(err_conn.fileno(), 2)  # this rank's stderr goes back to rs.spawn
+    os.dup2(err_conn.fileno(), 2)  # this rank's stderr and stdout go back to rs.spawn, which
+    os.dup2(out_conn.fileno(), 1)  # passes them on a whole line at a time
     err_conn.close()
+    out_conn.close()
+    sys.stdout.reconfigure(line_buffering=True)  # a pipe now: lines go out as they are printed
     faulthandler.enable()  # a crash leaves its traceback there too
     os.environ.clear()
     os.environ.update(env)
@@ -65,13 +69,14 @@ def run(
         torch.set_num_threads(threads_per_rank(size))
     keep_freed_memory()
     from .. import comm as comm_mod
+    from .. import handles
     from ..activity import Activity
     from ..engines.torch_engine import init_torch
 
     comm = None
     ok = False
     try:
-        fn, args = pickle.loads(payload)  # from rs.spawn in our parent, through the fork server
+        fn, args = unpack(pickle.loads(payload))  # from rs.spawn in our parent, through the fork server
         import torch.distributed as dist
 
         store = dist.FileStore(os.path.join(tmp, "store"), size)
@@ -79,7 +84,9 @@ def run(
         comm = comm_mod.Comm(adapter, check=check, timeout=timeout)
         comm.activity = Activity(os.path.join(tmp, f"activity-{rank}"))
         comm_mod.set_current(comm)
-        _, data = encode("ok", fn(comm, *args), rank)
+        result = fn(comm, *args)
+        handles.close(comm)  # calls started and never waited for: finished, with the warning, while output flows
+        _, data = encode("ok", result, rank)
         ok = True
     except BaseException as exc:  # everything goes back to the parent, with its traceback
         _, data = encode("error", rank_error(exc, rank), rank)

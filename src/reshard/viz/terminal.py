@@ -25,7 +25,8 @@ def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Pl
     console.print()
 
     def layout_table(title: str, placement: Placement, arrays: list[Any]) -> None:
-        table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        console.print(title)
+        table = Table(show_edge=False, pad_edge=False)
         table.add_column("rank")
         table.add_column(say("demo.holds", lang))
         table.add_column(say("demo.region", lang))
@@ -53,11 +54,16 @@ def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Pl
             console.print(line)
         console.print()
     layout_table(say("demo.after", lang, placement=placement_words(dst, lang), collective=collective), dst, outs)
+    console.print(grid_legend((src, dst), lang))
     summed = any(step.sums_values for step in plan.steps)
-    sent = max(m[0] for m in moved)
-    received = max(m[1] for m in moved)
-    console.print(say("demo.moved", lang, sent=human_bytes(sent), received=human_bytes(received),
-                      summed=say("demo.summed" if summed else "demo.not_summed", lang)))
+    sent, received = [m[0] for m in moved], [m[1] for m in moved]
+    said = "demo.summed" if summed else "demo.not_summed"
+    if len(set(sent)) == 1 and len(set(received)) == 1:  # every rank alike: one figure says it
+        console.print(say("demo.moved", lang, sent=human_bytes(sent[0]), received=human_bytes(received[0]),
+                          summed=say(said, lang)))
+    else:  # uneven: each rank's own figures
+        per_rank = ", ".join(f"rank {r}: {human_bytes(s)} / {human_bytes(v)}" for r, (s, v) in enumerate(moved))
+        console.print(say("demo.moved_each", lang, per_rank=per_rank, summed=say(said, lang)))
 
 
 def grid(shape: tuple[int, int], placement: Placement, n: int) -> Any:
@@ -85,22 +91,37 @@ def grid(shape: tuple[int, int], placement: Placement, n: int) -> Any:
     return text
 
 
+def grid_legend(drawn: tuple[Placement, ...], lang: str) -> str:
+    """What the grids' labels mean: only the kinds of label the grids of ``drawn`` show."""
+    parts = [say("explain.grid_legend", lang)]
+    if any(isinstance(p, Replicate) for p in drawn):
+        parts.append(say("explain.grid_legend.replicated", lang))
+    if any(isinstance(p, Partial) for p in drawn):
+        parts.append(say("explain.grid_legend.partial", lang))
+    return " ".join(parts)
+
+
 def render_explain(console: Any, facts: dict[str, Any], lang: str) -> None:
     from rich.table import Table
 
 
     n = facts["ranks"]
     rows, cols = facts["shape"]
-    console.print(say("explain.title", lang, rows=rows, cols=cols, ranks=n, engine=facts["engine"]))
+    console.print(say("explain.title", lang, rows=rows, cols=cols, ranks=n, engine=facts["engine"], dtype=facts["dtype"],
+                      itemsize=facts["itemsize"]))
     console.print(say("explain.inputs", lang, sizes=", ".join(str(s) for s in shard_sizes(rows, n))))
     console.print()
     yes, no = say("word.yes", lang), say("word.no", lang)
     table = Table(show_lines=True)
-    for header in ("explain.col.collective", "explain.col.holds", "explain.col.sums", "explain.col.full", "explain.col.bytes", "explain.col.memory"):
+    headers = ("explain.col.collective", "explain.col.holds", "explain.col.sums", "explain.col.full",
+               "explain.col.bytes", "explain.col.memory")
+    for header in headers:
         table.add_column(say(header, lang))
+    stacked: list[str] = []  # the same facts, one collective after another, for a narrow console
     for name, f in facts["collectives"].items():
         if "error" in f:
             table.add_row(say(f"name.{name}", lang), say("explain.not_applicable", lang, reason=f["error"]), "", "", "", "")
+            stacked += [say(f"name.{name}", lang), "  " + say("explain.not_applicable", lang, reason=f["error"])]
             continue
         holds = []
         for r, h in enumerate(f["holds_per_rank"]):
@@ -119,13 +140,22 @@ def render_explain(console: Any, facts: dict[str, Any], lang: str) -> None:
         traffic = "\n".join(f"rank {r}: {human_bytes(s)} / {human_bytes(v)}" for r, (s, v) in
                             enumerate(zip(f["bytes_sent_per_rank"], f["bytes_received_per_rank"])))
         memory = ", ".join(f"{m:g}x" for m in f["peak_memory_per_rank_in_shards"])
-        table.add_row(say(f"name.{name}", lang), "\n".join(holds), yes if f["sums_values"] else no, full, traffic, memory)
-    console.print(table)
+        summed = yes if f["sums_values"] else no
+        table.add_row(say(f"name.{name}", lang), "\n".join(holds), summed, full, traffic, memory)
+        stacked.append(f"{say(f'name.{name}', lang)}: {say(headers[2], lang)} {summed}; {say(headers[3], lang)} {full}")
+        stacked += [f"  {h}" for h in holds]
+        stacked.append(f"  {say(headers[4], lang)}: " + "; ".join(traffic.splitlines()))
+        stacked.append(f"  {say(headers[5], lang)}: {memory}")
+    if console.measure(table, options=console.options.update_width(1 << 16)).maximum <= console.width:
+        console.print(table)
+    else:
+        console.print("\n".join(stacked), overflow="fold")
     console.print(say("explain.partial_inputs", lang))
     console.print()
     console.print(say("explain.grids", lang))
     console.print(grid((rows, cols), Shard(0), n))
     console.print(grid((rows, cols), Shard(1), n))
+    console.print(grid_legend((Shard(0), Shard(1)), lang))
     a = facts["answers"]
     console.print(say("explain.q1", lang))
     ev = a["adds_values"]["evidence"]
