@@ -36,7 +36,7 @@ LAYERS = [
     ["moe_sums", "moe_hosts", "moe_rows"],
     ["moe_two_level"],
     ["moe", "fft"],
-    ["launch.settings", "launch.report", "launch.payload"],
+    ["launch.settings", "launch.report", "launch.payload", "launch.output"],
     ["launch.torch_rank", "launch.mpi_rank", "launch.mpi"],
     ["launch.local"],
     ["launch"],
