@@ -146,6 +146,7 @@ class _Job:
     def collect(self, procs: list[Any], conns: list[Any], errs: list[Any], outs: list[Any], deadline: float,
                 timeout: float, tmp: str) -> None:
         pending = set(range(len(procs)))
+        # every rank's stderr and stdout pipe, until each reaches its end
         open_errs = self.streams = {errs[r]: (r, "stderr") for r in range(len(procs))} | {
             outs[r]: (r, "stdout") for r in range(len(procs))}
         first_failure: float | None = None

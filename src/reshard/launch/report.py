@@ -32,7 +32,8 @@ class RankError:
 
     ``text``: the whole traceback; ``reshard_class`` and ``message``: the reshard error class
     (its name in ``reshard.errors``) and message when it was one; ``summary``: ``Type: message``;
-    ``frames``: the traceback without reshard's own frames; ``site``: the job's innermost frame
+    ``frames``: the traceback without reshard's own frames, ``all_frames`` with them (as
+    ``RESHARD_TRACEBACK=1`` shows it); ``site``: the job's innermost frame
     (``file:line in function``) with its source line; ``consequence``: it only reports that a
     peer failed (a ``RankFailed`` or ``CommTimeout`` raised inside the rank); ``blames``: the
     peers it names as gone."""
@@ -42,6 +43,7 @@ class RankError:
     message: str = ""
     summary: str = ""
     frames: str = ""
+    all_frames: str = ""
     site: str = ""
     consequence: bool = False
     blames: tuple[int, ...] = field(default_factory=tuple)
@@ -53,11 +55,6 @@ def is_reshard_frame(filename: str) -> bool:
 
 def _is_library_frame(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_LIBRARIES)
-
-
-def job_frames(tb: object) -> list[traceback.FrameSummary]:
-    """The frames of ``tb`` outside reshard (the job's, and the libraries it called)."""
-    return [f for f in traceback.extract_tb(tb) if not is_reshard_frame(f.filename)]  # type: ignore[arg-type]
 
 
 def job_site(frames: Sequence[traceback.FrameSummary]) -> str:
@@ -75,13 +72,14 @@ def rank_error(exc: BaseException, rank: int, what: str = "") -> RankError:
     text = f"{type(exc).__name__} on rank {rank}{what}\n{traceback.format_exc()}"
     name = type(exc).__name__
     message = str(exc)
-    frames = job_frames(exc.__traceback__)
+    every = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in every if not is_reshard_frame(f.filename)]
     summary = f"{name}: {message}" if message else name
-    shown = "".join(traceback.format_list(frames))
     consequence = isinstance(exc, (RankFailed, CommTimeout))
     blames = tuple(exc.ranks) if isinstance(exc, RankFailed) else ()
     cls = name if isinstance(exc, ReshardError) and getattr(errors, name, None) is type(exc) else None
-    return RankError(text, cls, message if cls else "", summary, shown, job_site(frames), consequence, blames)
+    return RankError(text, cls, message if cls else "", summary, "".join(traceback.format_list(frames)),
+                     "".join(traceback.format_list(every)), job_site(frames), consequence, blames)
 
 
 def encode(status: str, value: object, rank: int) -> tuple[str, bytes]:
@@ -124,19 +122,13 @@ def job_failed(
     culprits = sorted(own | set(early)) or sorted(failures)
     for q in early:
         failures[q] = f"rank {q} returned after {_calls(seen.get(q))} while its peers waited for it"
-    lines: list[str] = []
-    for text, ranks in _grouped({r: _cause(r, raised, failures, seen, full) for r in culprits if r not in early}):
+    lines = [_returned_head(early, sorted(r for r in failures if r not in culprits), seen)] if early else []
+    for text, ranks in _grouped({r: _cause(r, raised, failures, full) for r in culprits if r not in early}):
         lines.append(f"{_ranks_text(ranks)} {text}" if text.startswith("failed: ") else _with_ranks(ranks, text))
-    if early:
-        waiting = sorted(r for r in failures if r not in culprits)
-        lines.insert(0, "; ".join(
-            [f"{_ranks_text(early)} returned after {_calls(seen.get(early[0]))}"]
-            + ([f"{_ranks_text(waiting)} were waiting in {_where(seen.get(waiting[0]))}"] if waiting else [])
-        ) if len(early) == 1 else f"{_ranks_text(early)} returned while their peers waited for them")
     followers = {r: _stopped_line(r, culprits, early, raised, failures, seen) for r in sorted(failures) if r not in culprits}
     for text, ranks in _grouped(followers):
         lines.append(_with_ranks(ranks, text))
-    if not full and any(raised[r].frames != _frames_of(raised[r].text) for r in raised):
+    if not full and any(err.frames != err.all_frames for err in raised.values()):
         lines.append("(reshard's own frames are left out: RESHARD_TRACEBACK=1 shows them; "
                      "every rank's whole report is in .failures)")
     return RankFailed("\n".join(lines), failures, culprits, sorted(r for r in failures if r not in culprits))
@@ -162,13 +154,21 @@ def _same_everywhere(size: int, raised: dict[int, RankError], failures: dict[int
     return on_every_rank(getattr(errors, name))(text, failures, sorted(raised), [])
 
 
-def _cause(r: int, raised: dict[int, RankError], failures: dict[int, str], seen: dict, full: bool) -> str:
+def _returned_head(early: Sequence[int], waiting: Sequence[int], seen: dict) -> str:
+    """The first line where ranks returned while their peers waited for them."""
+    if len(early) > 1:
+        return f"{_ranks_text(early)} returned while their peers waited for them"
+    head = f"rank {early[0]} returned after {_calls(seen.get(early[0]))}"
+    return f"{head}; {_ranks_text(waiting)} were waiting in {_where(seen.get(waiting[0]))}" if waiting else head
+
+
+def _cause(r: int, raised: dict[int, RankError], failures: dict[int, str], full: bool) -> str:
     """What went wrong on culprit ``r``, with the job's frames (all frames where ``full``)."""
     err = raised.get(r)
     if err is None:  # it ended, overran or was stopped: the launcher's words
         return _without_own_prefix(failures[r].rstrip(), r)
     head = f"failed: {_without_own_prefix(err.summary or err.text.splitlines()[0], r)}"
-    frames = _frames_of(err.text) if full else err.frames
+    frames = err.all_frames if full else err.frames
     body = "".join("\n  " + line for line in frames.rstrip().splitlines())
     return head + body
 
@@ -199,13 +199,6 @@ def _calls(seen: activity.Seen | None) -> str:
     return "1 collective call" if n == 1 else f"{n} collective calls"
 
 
-def _frames_of(text: str) -> str:
-    """The frames of a whole traceback text, for ``RESHARD_TRACEBACK=1``."""
-    lines = text.splitlines()
-    start = next((i + 1 for i, line in enumerate(lines) if line.startswith("Traceback")), 0)
-    return "\n".join(line for line in lines[start:] if line.startswith(" ")) + "\n"
-
-
 def _without_own_prefix(text: str, r: int) -> str:
     """``text`` without the ``rank r: `` it may begin with (the report names the ranks itself)."""
     for prefix in (f"rank {r}: ", f"{RankFailed.__name__}: rank {r}: ", f"{CommTimeout.__name__}: rank {r}: "):
@@ -222,6 +215,7 @@ def _grouped(texts: dict[int, str]) -> list[tuple[str, list[int]]]:
 
 
 def _with_ranks(ranks: Sequence[int], text: str) -> str:
+    """``ranks: text``, unless the launcher's text names its rank already (``rank 1 ended ...``)."""
     return f"{_ranks_text(ranks)}: {text}" if not text.startswith("rank ") else text
 
 
