@@ -151,3 +151,46 @@ def test_a_mesh_scene_colours_each_block_by_the_rank_that_sent_it():
     held = {r: {(c.i, c.j): c.colour_rank for c in cells} for r, cells in s.after.items()}
     assert held == {0: {(0, 0): 0}, 1: {(1, 0): 2}, 2: {(0, 1): 1}, 3: {(1, 1): 3}}  # 1 and 2 swap blocks
     assert {(m.src, m.dst) for m in s.moves} == {(1, 2), (2, 1)}
+
+
+@pytest.mark.parametrize("mesh_shape", [(2, 2), (2, 3), (3, 2)])
+def test_a_mesh_is_drawn_as_its_grid(mesh_shape):
+    from reshard.viz.scenes import mesh_scene
+
+    scene = mesh_scene((12, 12), mesh_shape, (Shard(0), Shard(1)), (Shard(1), Shard(0)), "t")
+    down, across = mesh_shape
+    assert scene.boxes == (down, across)
+    for r in range(down * across):  # rank r at its mesh coordinate, rank order row by row
+        assert scene.box_at(r) == (r // across, r % across)
+        x, y = viz.box_origin(scene.n, r, scene.shape, scene.boxes)
+        x0, y0 = viz.box_origin(scene.n, 0, scene.shape, scene.boxes)
+        assert (x > x0) == (r % across > 0) and (y > y0) == (r // across > 0)
+    width, height = viz.page_size(scene.n, scene.shape, scene.boxes)
+    last = viz.position(scene.n, scene.n - 1, *[k - 1 for k in scene.shape], scene.shape, scene.boxes)
+    assert last[0] + viz.CELL <= width and last[1] + viz.CELL <= height
+
+
+def test_uneven_blocks_are_drawn_at_their_size():
+    from reshard.viz.scenes import mesh_scene
+
+    scene = mesh_scene((9, 6), (2, 2), (Shard(0), Shard(1)), (Shard(1), Shard(0)), "t")
+    rows, cols = scene.edges()  # rows of 5 and 4 elements, columns of 3 and 3, in units of a block
+    assert rows == pytest.approx([0, 10 / 9, 2]) and cols == pytest.approx([0, 1, 2])
+    world = collective_scene("all_to_all", (7, 5), 4)  # columns 2, 1, 1, 1 of 5
+    assert world.edges()[1] == pytest.approx([0, 1.6, 2.4, 3.2, 4.0])
+
+
+def test_the_legend_shows_only_what_is_drawn():
+    moved = [change_scene((6, 6), 3, Shard(0), Shard(1), "t")]
+    assert [h.get_label() for h in viz.legend_entries(moved)] == [f"rank {r}'s values" for r in range(3)]
+    summed = [collective_scene("reduce_scatter", (6, 6), 3)]
+    labels = [h.get_label() for h in viz.legend_entries(summed)]
+    assert len(labels) == 5 and labels[3].startswith("a partial sum") and labels[4].startswith("the sum")
+
+
+def test_a_mesh_picture_names_the_placements_in_its_title(tmp_path, monkeypatch):
+    titles = []
+    monkeypatch.setattr(viz, "draw_png", lambda path, scenes, title, lang="en": titles.append(title))
+    run = reshard_cli("demo", "--mesh", "2x2", "--png", str(tmp_path / "mesh.png"))
+    assert run.returncode == 0, run.stderr
+    assert titles == ["A[6 x 6] on a 2x2 mesh: (Shard(0), Shard(1)) -> (Shard(1), Shard(0))"]

@@ -173,7 +173,8 @@ def _demo_mesh(args: argparse.Namespace, console) -> int:
     status, scene = run_demo_mesh(tuple(args.mesh), args.shape, src, dst, args.dtype, args.engine, args.lang, console,
                                   args.timeout)
     if scene is not None:
-        title = f"A[{args.shape[0]} x {args.shape[1]}] on a {'x'.join(map(str, args.mesh))} mesh"
+        placements = f"({', '.join(map(repr, src))}) -> ({', '.join(map(repr, dst))})"
+        title = f"A[{args.shape[0]} x {args.shape[1]}] on a {'x'.join(map(str, args.mesh))} mesh: {placements}"
         _pictures(args, [scene], title, console)
     return status
 

@@ -36,15 +36,30 @@ def rank_colour(rank: int) -> str:
     return PALETTE[rank % len(PALETTE)]
 
 
-def position(n: int, rank: int, i: int, j: int, grid: tuple[int, int] | None = None) -> tuple[int, int]:
-    """Top-left pixel of block (i, j) drawn inside rank ``rank``'s box (``grid``: blocks per box)."""
-    cols = grid[1] if grid else n
-    return MARGIN_X + rank * (cols * CELL + BOX_GAP) + j * CELL, MARGIN_Y + i * CELL
+LABEL_GAP = 36  # px between a row of boxes and the labels of the next
 
 
-def page_size(n: int, grid: tuple[int, int] | None = None) -> tuple[int, int]:
+def box_origin(n: int, rank: int, grid: tuple[int, int] | None = None, boxes: tuple[int, int] | None = None
+               ) -> tuple[int, int]:
+    """Top-left pixel of rank ``rank``'s box (``grid``: blocks per box; ``boxes``: the boxes'
+    rows and columns, one row of ``n`` by default)."""
     rows, cols = grid or (n, n)
-    return max(MARGIN_X * 2 + n * (cols * CELL + BOX_GAP), 760), MARGIN_Y + rows * CELL + 40
+    down, across = divmod(rank, (boxes or (1, n))[1])
+    return MARGIN_X + across * (cols * CELL + BOX_GAP), MARGIN_Y + down * (rows * CELL + LABEL_GAP)
+
+
+def position(n: int, rank: int, i: int, j: int, grid: tuple[int, int] | None = None,
+             boxes: tuple[int, int] | None = None) -> tuple[int, int]:
+    """Top-left pixel of block (i, j) drawn inside rank ``rank``'s box."""
+    x, y = box_origin(n, rank, grid, boxes)
+    return x + j * CELL, y + i * CELL
+
+
+def page_size(n: int, grid: tuple[int, int] | None = None, boxes: tuple[int, int] | None = None) -> tuple[int, int]:
+    rows, cols = grid or (n, n)
+    down, across = boxes or (1, n)
+    return (max(MARGIN_X * 2 + across * (cols * CELL + BOX_GAP), 760),
+            MARGIN_Y + down * (rows * CELL + LABEL_GAP) - LABEL_GAP + 40)
 
 
 # -- PNG -------------------------------------------------------------------------------------
@@ -59,31 +74,40 @@ def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -
     # Korean captions draw with a CJK font where one is installed (Debian: fonts-noto-cjk);
     # matplotlib falls back along the list glyph by glyph
     from matplotlib import font_manager
-    from matplotlib.patches import Patch
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
     plt.rcParams["font.family"] = ["DejaVu Sans", *[f for f in ("Noto Sans CJK KR", "NanumGothic") if f in installed]]
 
     n = scenes[0].n
     rows, cols = scenes[0].shape
-    height = 1.2 + (0.9 + 0.75 * rows) * len(scenes)  # inches; the legend takes about the last 0.7
-    fig, axes = plt.subplots(len(scenes), 2, figsize=(2 * (0.6 + 0.75 * n * (cols + 1)), height), squeeze=False)
+    down, across = scenes[0].boxes or (1, n)
+    height = 1.4 + (0.9 + 0.8 * down * (rows + 1.4)) * len(scenes)  # inches; the legend takes about the last 0.8
+    fig, axes = plt.subplots(len(scenes), 2, figsize=(2 * (0.6 + 0.8 * across * (cols + 1)), height), squeeze=False)
     for row, scene in zip(axes, scenes):
         for ax, (when, cells) in zip(row, (("before", scene.before), ("after", scene.after))):
             _draw_boxes(ax, scene, cells)
             said = WORDS.get(lang, WORDS["en"])[when]
-            ax.set_title(f"{scene.title}: {said}" if when == "before" else said, loc="left", fontsize=11,
+            ax.set_title(f"{scene.title}: {said}" if when == "before" else said, loc="left", fontsize=13,
                          fontweight="bold" if when == "before" else "normal")
-    styles = sorted({s for scene in scenes for s, _ in scene.legend()}, key=["solid", "partial", "sum"].index)
-    words = dict(w for scene in scenes for w in scene.legend())
-    handles = [Patch(fc=rank_colour(r), label=f"rank {r}") for r in range(n)]
-    handles += [Patch(fc="white" if s == "partial" else "#999999", ec="#555555", hatch="////" if s == "partial" else
-                      ("||" if s == "sum" else None), label=words[s]) for s in styles]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=9, frameon=False)
-    fig.suptitle(title, fontsize=12)
-    fig.tight_layout(rect=(0, 0.75 / height, 1, 1 - 0.3 / height))
-    fig.savefig(path, dpi=90)
+    fig.legend(handles=legend_entries(scenes), loc="lower center", ncol=min(n + 2, 4), fontsize=11, frameon=False)
+    fig.suptitle(title, fontsize=14)
+    fig.tight_layout(rect=(0, 0.85 / height, 1, 1 - 0.35 / height))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def legend_entries(scenes: Sequence[Scene]) -> list:
+    """The legend's swatches: one per rank (a solid block takes the colour of the rank its values
+    came from), and one for each other style a scene draws, looking as it is drawn."""
+    from matplotlib.patches import Patch
+
+    handles = [Patch(fc=rank_colour(r), label=f"rank {r}'s values") for r in range(scenes[0].n)]
+    words = dict(w for scene in scenes for w in scene.legend())
+    if "partial" in words:
+        handles.append(Patch(fc="white", ec=rank_colour(0), hatch="////", lw=1.5, label=words["partial"]))
+    if "sum" in words:
+        handles.append(Patch(fc=rank_colour(0), ec="#222222", hatch="||", label=words["sum"]))
+    return handles
 
 
 def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]]) -> None:
@@ -91,33 +115,41 @@ def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]]) -> None:
 
     n = scene.n
     rows, cols = scene.shape
+    down, across = scene.boxes or (1, n)
+    ys, xs = scene.edges()
+    pitch = rows + 1.4  # a box and the label of the one below
     for r in range(n):
-        ox = r * (cols + 1)
-        ax.add_patch(Rectangle((ox - 0.1, -0.1), cols + 0.2, rows + 0.2, fill=False, ls="--", ec="#bbbbbb"))
-        ax.text(ox + cols / 2, -0.3, scene.label(r), ha="center", va="bottom", color=rank_colour(r), fontweight="bold")
+        box_row, box_col = scene.box_at(r)
+        ox, oy = box_col * (cols + 1), box_row * pitch
+        ax.add_patch(Rectangle((ox - 0.1, oy - 0.1), cols + 0.2, rows + 0.2, fill=False, ls="--", ec="#bbbbbb"))
+        ax.text(ox + cols / 2, oy - 0.3, scene.label(r), ha="center", va="bottom", color=rank_colour(r),
+                fontweight="bold", fontsize=12)
         if r not in cells:
-            ax.text(ox + cols / 2, rows / 2, "nothing\n(None)", ha="center", va="center", color="#888888", fontsize=9)
+            ax.text(ox + cols / 2, oy + rows / 2, "nothing\n(None)", ha="center", va="center", color="#888888",
+                    fontsize=11)
             continue
         for c in cells[r]:
-            x, y = ox + c.j + 0.05, c.i + 0.05
+            x, y = ox + xs[c.j] + 0.05, oy + ys[c.i] + 0.05
+            w, h = xs[c.j + 1] - xs[c.j] - 0.1, ys[c.i + 1] - ys[c.i] - 0.1
+            cx, cy = x + w / 2, y + h / 2
             name = scene.cell_name(c)
             if c.style == "sum":
-                width = 0.9 / len(c.sources)
+                width = w / len(c.sources)
                 for k, s in enumerate(c.sources):
-                    ax.add_patch(Rectangle((x + k * width, y), width, 0.9, fc=rank_colour(s), ec="none"))
+                    ax.add_patch(Rectangle((x + k * width, y), width, h, fc=rank_colour(s), ec="none"))
                 label, box = "Σ" + name, {"boxstyle": "round,pad=0.15", "fc": "#222222", "ec": "none"}
-                ax.text(x + 0.45, y + 0.45, label, ha="center", va="center", color="white", fontsize=8,
+                ax.text(cx, cy, label, ha="center", va="center", color="white", fontsize=10,
                         fontweight="bold", bbox=box, zorder=5)
             elif c.style == "partial":
-                ax.add_patch(Rectangle((x, y), 0.9, 0.9, fc="white", ec=rank_colour(c.colour_rank), hatch="////", lw=1.5))
-                ax.text(x + 0.45, y + 0.45, name, ha="center", va="center", color=rank_colour(c.colour_rank), fontsize=8,
+                ax.add_patch(Rectangle((x, y), w, h, fc="white", ec=rank_colour(c.colour_rank), hatch="////", lw=1.5))
+                ax.text(cx, cy, name, ha="center", va="center", color=rank_colour(c.colour_rank), fontsize=10,
                         fontweight="bold", bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"}, zorder=5)
             else:
-                ax.add_patch(Rectangle((x, y), 0.9, 0.9, fc=rank_colour(c.colour_rank), ec="white"))
-                ax.text(x + 0.45, y + 0.45, name, ha="center", va="center", color="white", fontsize=9,
+                ax.add_patch(Rectangle((x, y), w, h, fc=rank_colour(c.colour_rank), ec="white"))
+                ax.text(cx, cy, name, ha="center", va="center", color="white", fontsize=11,
                         fontweight="bold", zorder=5)
-    ax.set_xlim(-0.4, n * (cols + 1) - 0.6)
-    ax.set_ylim(rows + 0.2, -0.8)
+    ax.set_xlim(-0.4, across * (cols + 1) - 0.6)
+    ax.set_ylim(down * pitch - 1.2, -0.8)
     ax.set_aspect("equal")
     ax.axis("off")
 
@@ -128,7 +160,7 @@ def _cells_json(scene: Scene, cells: dict[int, list[Cell]]) -> list[dict]:
     out = []
     for r, row in cells.items():
         for c in row:
-            x, y = position(scene.n, r, c.i, c.j, scene.shape)
+            x, y = position(scene.n, r, c.i, c.j, scene.shape, scene.boxes)
             colours = [rank_colour(s) for s in c.sources] if c.style == "sum" else [rank_colour(c.colour_rank)]
             out.append({"x": x, "y": y, "name": scene.cell_name(c), "style": c.style, "colours": colours})
     return out
@@ -137,8 +169,8 @@ def _cells_json(scene: Scene, cells: dict[int, list[Cell]]) -> list[dict]:
 def _scene_json(scene: Scene) -> dict:
     moves = []
     for m in scene.moves:
-        x0, y0 = position(scene.n, m.src, m.i, m.j, scene.shape)
-        x1, y1 = position(scene.n, m.dst, *(m.to or (m.i, m.j)), scene.shape)
+        x0, y0 = position(scene.n, m.src, m.i, m.j, scene.shape, scene.boxes)
+        x1, y1 = position(scene.n, m.dst, *(m.to or (m.i, m.j)), scene.shape, scene.boxes)
         moves.append({"from": [x0, y0], "to": [x1, y1], "name": scene.cell_name(m), "style": m.style,
                       "colour": rank_colour(m.src)})
     return {"name": scene.name, "title": scene.title, "caption": scene.caption,
@@ -152,13 +184,15 @@ def write_html(path: str, scenes: Sequence[Scene], title: str, lang: str = "en")
     words = WORDS.get(lang, WORDS["en"])
     n = scenes[0].n
     rows, cols = scenes[0].shape
-    width, height = page_size(n, scenes[0].shape)
+    layout = scenes[0].boxes
+    width, height = page_size(n, scenes[0].shape, layout)
+    origins = [box_origin(n, r, scenes[0].shape, layout) for r in range(n)]
     boxes = "".join(
-        f'<div class="box" style="left:{MARGIN_X + r * (cols * CELL + BOX_GAP) - 4}px;top:{MARGIN_Y - 4}px;'
+        f'<div class="box" style="left:{x - 4}px;top:{y - 4}px;'
         f'width:{cols * CELL + 8}px;height:{rows * CELL + 8}px"><span class="none" id="none{r}">{html.escape(words["nothing"])}</span></div>'
-        f'<div class="label" style="left:{MARGIN_X + r * (cols * CELL + BOX_GAP)}px;top:{MARGIN_Y - 26}px;'
+        f'<div class="label" style="left:{x}px;top:{y - 26}px;'
         f'color:{rank_colour(r)}">{html.escape(scenes[0].label(r))}</div>'
-        for r in range(n)
+        for r, (x, y) in enumerate(origins)
     )
     ranks = "".join(f'<span class="key"><i style="background:{rank_colour(r)}"></i>rank {r}</span>' for r in range(n))
     data = json.dumps([_scene_json(s) for s in scenes], ensure_ascii=False)

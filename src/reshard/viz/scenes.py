@@ -11,8 +11,9 @@ ranks' partial sums; ``sources`` lists whose).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
-from ..layout import Partial, Placement, Replicate, Shard, mesh_region
+from ..layout import Partial, Placement, Replicate, Shard, mesh_region, shard_sizes
 from .blocks import block_name, blocks, holders
 
 FIVE = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
@@ -62,10 +63,24 @@ class Scene:
     moves: list[Move]
     grid: tuple[int, int] | None = None  # blocks per box (rows, cols); default n x n
     labels: tuple[str, ...] | None = None  # each rank's box label; default "rank r"
+    boxes: tuple[int, int] | None = None  # how the ranks' boxes are laid out (rows, cols): a mesh's grid
+    sizes: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # elements in each block row and column
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.grid or (self.n, self.n)
+
+    def box_at(self, rank: int) -> tuple[int, int]:
+        """(row, column) of rank's box: one row of boxes, or the mesh's grid in rank order."""
+        return divmod(rank, (self.boxes or (1, self.n))[1])
+
+    def edges(self) -> tuple[list[float], list[float]]:
+        """Where each block row and column starts in its box, in block units (last: the end):
+        each as long as its share of the matrix's elements, so uneven blocks look uneven."""
+        rows, cols = self.shape
+        if self.sizes is None:
+            return [float(i) for i in range(rows + 1)], [float(j) for j in range(cols + 1)]
+        return _edges(self.sizes[0], rows), _edges(self.sizes[1], cols)
 
     def label(self, rank: int) -> str:
         return self.labels[rank] if self.labels else f"rank {rank}"
@@ -80,6 +95,21 @@ class Scene:
                  "sum": "the sum of every rank's partial values (stripes: whose)"}
         used = {c.style for cells in (*self.before.values(), *self.after.values()) for c in cells}
         return [(s, words[s]) for s in ("solid", "partial", "sum") if s in used]
+
+
+def _edges(sizes: tuple[int, ...], units: int) -> list[float]:
+    total = sum(sizes) or 1
+    out, at = [0.0], 0
+    for size in sizes:
+        at += size
+        out.append(at * units / total)
+    return out
+
+
+def mesh_boxes(mesh_shape: tuple[int, ...]) -> tuple[int, int]:
+    """The boxes of a mesh's ranks as a grid: its last dim across, the others down (rank order)."""
+    across = mesh_shape[-1] if mesh_shape else 1
+    return max(1, int(prod(mesh_shape)) // max(across, 1)), across
 
 
 def collective_scene(name: str, shape: tuple[int, int], n: int) -> Scene:
@@ -108,7 +138,8 @@ def collective_scene(name: str, shape: tuple[int, int], n: int) -> Scene:
                 after[d].append(Cell(i, j, i))
                 if d != i:
                     moves.append(Move(i, j, i, d))
-    return Scene(name, TITLES[name], CAPTIONS[name], n, names, before, after, moves)
+    sizes = (tuple(shard_sizes(shape[0], n)), tuple(shard_sizes(shape[1], n)))
+    return Scene(name, TITLES[name], CAPTIONS[name], n, names, before, after, moves, sizes=sizes)
 
 
 def change_scene(shape: tuple[int, int], n: int, src: Placement, dst: Placement, title: str) -> Scene:
@@ -138,7 +169,8 @@ def change_scene(shape: tuple[int, int], n: int, src: Placement, dst: Placement,
             if s != d:
                 moves.append(Move(i, j, s, d))
     caption = f"{_words(src)} -> {_words(dst)}"
-    return Scene("change", title, caption, n, names, before, after, moves)
+    sizes = (tuple(shard_sizes(shape[0], n)), tuple(shard_sizes(shape[1], n)))
+    return Scene("change", title, caption, n, names, before, after, moves, sizes=sizes)
 
 
 def _words(p: Placement) -> str:
@@ -199,4 +231,6 @@ def mesh_scene(shape: tuple[int, int], mesh_shape: tuple[int, ...], src: tuple, 
                 after[q].append(Cell(i, j, origin, "partial" if partial_after else "solid"))
     labels = tuple(f"rank {r} {tuple(plan.exchange.coord(r))}" for r in range(size))
     caption = f"({', '.join(map(repr, src))}) -> ({', '.join(map(repr, dst))}) on a {'x'.join(map(str, mesh_shape))} mesh"
-    return Scene("change", title, caption, size, names, before, after, moves, (len(rows), len(cols)), labels)
+    sizes = (tuple(b - a for a, b in rows), tuple(b - a for a, b in cols))
+    return Scene("change", title, caption, size, names, before, after, moves, (len(rows), len(cols)), labels,
+                 mesh_boxes(mesh_shape), sizes)
