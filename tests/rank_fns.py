@@ -794,3 +794,36 @@ def dtensor_given_src(comm, src_by_rank):
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc)
     return "ok", out.to_local().numpy()
+
+
+def warnings_from_read_only_inputs(comm):
+    """Every collective (and MoE's dispatch and combine) on read-only numpy inputs, twice each
+    (first call and replay): the warnings raised meanwhile, as text."""
+    import warnings
+
+    def ro(a):
+        a = np.array(a)
+        a.setflags(write=False)
+        return a
+
+    rows = ro(np.arange(comm.size * 2 * 6, dtype=np.float32).reshape(comm.size * 2, 6))
+    ids = ro(np.arange(8).reshape(4, 2) % (2 * comm.size))
+    tokens = ro(np.ones((4, 3), np.float32))
+    calls = [lambda: rs.redistribute(rows, rs.Shard(0), rs.Shard(1)), lambda: rs.all_to_all(rows, 0, 1),
+             lambda: rs.all_gather(rows), lambda: rs.reduce_scatter(rows, dim=0), lambda: rs.all_reduce(rows),
+             lambda: rs.gather(rows), lambda: rs.all_to_all_v(rows, [2] * comm.size),
+             lambda: rs.moe.combine(*rs.moe.dispatch(tokens, ids, num_experts=2 * comm.size)),
+             lambda: rs.redistribute(rows, (rs.Shard(0),), (rs.Replicate(),), mesh=rs.Mesh((comm.size,)))]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for call in calls:
+            call()
+            call()
+    return [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in seen]
+
+
+def collectives_loaded(comm):
+    """Whether the modules a first collective needs were loaded before the job ran."""
+    import sys
+
+    return all(name in sys.modules for name in ("reshard.ops", "reshard.relayout", "reshard.execute", "reshard.planner"))

@@ -118,3 +118,9 @@ def test_each_line_of_a_rank_arrives_whole_with_its_rank(engine, tmp_path):
 def test_the_rank_prefix_can_be_turned_off(tmp_path):
     _, done = _run(tmp_path, OUTPUT, "gloo", env={"RESHARD_RANK_PREFIX": "0"})
     assert all(re.fullmatch(r"stdout from \d line \d+", line) for line in done.stdout.splitlines()), done.stdout
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_engine_warning_reaches_the_job(engine):
+    for said in rs.spawn(rank_fns.warnings_from_read_only_inputs, 3, engine=engine, timeout=120):
+        assert said == [], said

@@ -5,13 +5,12 @@ output against ``reshard demo``, byte summaries on uneven shapes per rank."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
+
+from cli_run import reshard_cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NAMES = {"Gather (to rank 0)": "gather", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
@@ -19,13 +18,10 @@ NAMES = {"Gather (to rank 0)": "gather", "AllGather": "all_gather", "ReduceScatt
 
 
 def _reshard(*args: str, columns: int | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    done = subprocess.run([sys.executable, "-m", "reshard", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    """``reshard *args``'s stdout as a pipe gets it (``COLUMNS`` unset unless ``columns``)."""
+    run = reshard_cli(*args, columns=columns)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
 
 
 def _concepts_table() -> dict[str, str]:

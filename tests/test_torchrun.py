@@ -55,3 +55,42 @@ def test_bad_launcher_environment(tmp_path):
         code = "import reshard as rs\ntry:\n    rs.init()\nexcept rs.InvalidArgument as e:\n    print('ERR', e)\n"
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=dict(os.environ, **env_patch))
         assert run.stdout.startswith("ERR") and word in run.stdout, (env_patch, run.stdout, run.stderr)
+
+
+EARLY = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    import reshard as rs
+
+    comm = rs.init()
+    x = np.zeros((comm.size, 6), np.float32)
+    rs.all_gather(x)
+    if comm.rank == 2:
+        comm.close()  # its job is done: it never joins the redistribute below
+        sys.exit(0)
+    start = time.monotonic()
+    try:
+        rs.redistribute(x, rs.Shard(0), rs.Shard(1))
+        said = "no error"
+    except rs.ReshardError as exc:
+        said = f"{type(exc).__name__}: {exc}"
+    with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:
+        f.write(f"{time.monotonic() - start:.2f} {said}")
+    """
+)
+
+
+def test_a_rank_that_leaves_early_under_torchrun_is_named_by_its_peers(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(EARLY)
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), RESHARD_TIMEOUT="60")
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-addr", "127.0.0.1",
+         "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", str(script), str(tmp_path)],
+        capture_output=True, text=True, timeout=180, env=env,
+    )
+    for r in (0, 1):
+        seconds, said = (tmp_path / f"rank{r}").read_text().split(" ", 1)
+        assert said.startswith("RankFailed") and "rank(s) 2" in said, said  # named, not a timeout
+        assert float(seconds) < 5, seconds

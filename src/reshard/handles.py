@@ -151,7 +151,7 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 def _caller_site() -> tuple[str, int]:
     """(file, line) of the innermost frame outside reshard: the job's call."""
     frame = sys._getframe(1)
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):  # imported by absolute path
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 

@@ -37,7 +37,8 @@ from .settings import FAILURE_GRACE_S
 
 def _context() -> Any:
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["reshard.launch.torch_rank"])
+    # The rank body, and the collectives every job calls (their first call then imports nothing).
+    ctx.set_forkserver_preload(["reshard.launch.torch_rank", "reshard.ops"])
     return ctx
 
 
