@@ -183,3 +183,37 @@ def test_a_lone_mpi_process_leaves_no_files(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["mpi", "1", "(2,", "3)"]
     assert sorted(p.name for p in work.iterdir()) == [], "files left under TMPDIR"
+
+
+NEVER_VOTES = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    import reshard as rs
+
+    comm = rs.init(timeout=3)
+    x = np.zeros((comm.size, 6), np.float32)
+    if comm.rank == 2:
+        time.sleep(8)  # elsewhere, alive, never reaching the collective below
+    else:
+        try:
+            rs.redistribute(x, rs.Shard(0), rs.Shard(1))
+            said = "no error"
+        except rs.ReshardError as exc:
+            said = f"{type(exc).__name__}: {exc}"
+        with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:
+            f.write(said)
+    """
+)
+
+
+def test_a_rank_that_never_votes_is_named_under_mpirun(tmp_path):
+    from reshard.launch.mpi import launcher_command
+
+    script = tmp_path / "job.py"
+    script.write_text(NEVER_VOTES)
+    subprocess.run(launcher_command(3) + [sys.executable, str(script), str(tmp_path)], capture_output=True,
+                   text=True, timeout=180)
+    for r in (0, 1):
+        said = (tmp_path / f"rank{r}").read_text()
+        assert said.startswith("CommTimeout") and "for rank(s) 2" in said, said

@@ -44,6 +44,10 @@ class Comm:
         self.children: list[Comm] = []  # communicators made from this one (mesh dims), closed with it
         self.hosts: list[int] = _numbered(hosts) if hosts is not None else _learn_hosts(adapter)
         self.hosts_mesh: Any = None  # rs.Mesh.from_hosts(self), made by the first two-level exchange
+        if check and self.engine == "mpi":
+            # The vote's board now, while every rank makes the communicator (gloo's is made with its
+            # shared memory): a rank that never votes, or leaves, is then named from the first call.
+            adapter.vote_board()
 
     @property
     def host(self) -> int:

@@ -81,8 +81,6 @@ def main(tmp: str) -> None:
         comm = comm_mod.Comm(init_mpi(head["timeout"]), check=head["check"], timeout=head["timeout"])
         comm.activity = Activity(os.path.join(tmp, f"activity-{rank}"))
         comm_mod.set_current(comm)
-        if head["check"]:  # the vote's board now, while every rank is here: one that returns early is seen
-            comm.adapter.vote_board()
         result = fn(comm, *args)
         handles.close(comm)  # calls started and never waited for: finished, with the warning, before reporting
         status = _write(tmp, rank, "ok", result)
