@@ -94,3 +94,45 @@ def test_a_rank_that_leaves_early_under_torchrun_is_named_by_its_peers(tmp_path)
         seconds, said = (tmp_path / f"rank{r}").read_text().split(" ", 1)
         assert said.startswith("RankFailed") and "rank(s) 2" in said, said  # named, not a timeout
         assert float(seconds) < 5, seconds
+
+
+LEADER_SILENT = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    import reshard as rs
+
+    comm = rs.init()
+    comm.adapter.board.timeout = 3.0  # the vote's own bound, shorter than the job's
+    x = np.zeros((comm.size, 2))
+    rs.all_to_all(x, 0, 1)
+    rs.all_to_all(x, 0, 1, check=True)  # the plan with its records: the next call votes
+    if comm.rank == 2:  # the second host's lowest rank, which gathers its host's votes
+        time.sleep(10)
+        said = "slept"
+    else:
+        try:
+            rs.all_to_all(x, 0, 1, check=True)
+            said = "no error"
+        except rs.ReshardError as exc:
+            said = f"{type(exc).__name__}: {exc}"
+    with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:
+        f.write(said)
+    """
+)
+
+
+def test_a_host_whose_lowest_rank_never_votes_has_it_named_by_its_other_ranks(tmp_path):
+    # two torchrun agents on loopback: two host groups of two ranks each, so the vote runs in
+    # two levels; rank 3 waits on rank 2, its host's lowest, for the host's result
+    script = tmp_path / "job.py"
+    script.write_text(LEADER_SILENT)
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), RESHARD_TIMEOUT="20")
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node",
+         "2", "--master-addr", "127.0.0.1", "--master-port", "29541", str(script), str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env) for node in (0, 1)]
+    for agent in agents:
+        agent.wait(timeout=180)
+    said = (tmp_path / "rank3").read_text()
+    assert said.startswith("CommTimeout") and "for rank(s) 2" in said, said

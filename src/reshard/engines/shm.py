@@ -324,7 +324,11 @@ class VoteBoard:
                 return best
             res = 8 + 4 * (seq % 2)
             if self.rank != self.leader:
-                board = next(iter(self._wait_for({self.leader: self.peers[self.leader]}, res, seq)))
+                try:
+                    board = next(iter(self._wait_for({self.leader: self.peers[self.leader]}, res, seq)))
+                except CommTimeout:
+                    self._raise_local_silence(at, seq)
+                    raise
                 result, note = board[res + 1 : res + 3].copy(), int(board[res + 3])
                 self._raise_noted(note)
                 return result
@@ -392,6 +396,15 @@ class VoteBoard:
                         f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
                         f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
         return ready
+
+    def _raise_local_silence(self, at: int, seq: int) -> None:
+        """After the host's lowest rank handed over no result in time: ``CommTimeout`` naming the
+        ranks of this host that never voted, where there are any (their boards are read here too);
+        else the caller's error stands (a rank of another host may not have voted)."""
+        silent = sorted(q for q, board in self.peers.items() if board[at] < seq)  # a slot holds seq or seq - 2
+        if silent:
+            raise CommTimeout(f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
+                              f"{', '.join(map(str, silent))} (a rank never reached this collective)")
 
     def _closed(self, peer: int) -> bool:
         """Whether ``peer`` closed its board (a same-host peer's; one across hosts is not seen)."""

@@ -36,7 +36,7 @@ def rank_colour(rank: int) -> str:
     return PALETTE[rank % len(PALETTE)]
 
 
-LABEL_GAP = 36  # px between a row of boxes and the labels of the next
+LABEL_GAP = 44  # px from a row of boxes to the next row's boxes, their labels between
 
 
 def box_origin(n: int, rank: int, grid: tuple[int, int] | None = None, boxes: tuple[int, int] | None = None
