@@ -178,20 +178,23 @@ def two_hosts():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
+def _run_on_two_hosts(two_hosts, tmp_path, job: str, *args: str, limit: float = 240) -> tuple[list, bool]:
+    """torchrun on each namespace (two ranks per host) runs ``job`` with ``tmp_path`` and
+    ``args``; returns the agents, finished or killed (their whole groups), and whether the
+    limit was reached. Each node's output goes to ``node<i>.log``."""
     script = tmp_path / "job.py"
-    script.write_text(JOB)
+    script.write_text(job)
     master = two_hosts[0][2]
     procs = []
     for node, (ns, dev, _) in enumerate(two_hosts):
         env = dict(os.environ, GLOO_SOCKET_IFNAME=dev, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))  # torchrun's files too
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                "--node-rank", str(node), "--nproc-per-node", "2", "--master-addr", master, "--master-port", "29533",
-               str(script), str(tmp_path)]
+               str(script), str(tmp_path), *args]
         log = open(tmp_path / f"node{node}.log", "w")  # a file, not a pipe: nothing blocks on a full pipe
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         log.close()
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + limit
     timed_out = False
     try:
         for p in procs:
@@ -204,6 +207,11 @@ def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+    return procs, timed_out
+
+
+def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
+    procs, timed_out = _run_on_two_hosts(two_hosts, tmp_path, JOB)
     # every node's output, in order, whatever happened: a hang names who was waiting for whom
     outputs = [f"--- node {i} (exit {p.returncode}) ---\n{(tmp_path / f'node{i}.log').read_text()}" for i, p in enumerate(procs)]
     assert not timed_out and all(p.returncode == 0 for p in procs), "\n".join(outputs)
@@ -230,3 +238,57 @@ def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
             assert planned == 2 * 2 * (1 << 20), (r, algorithm, planned)  # 2 ranks x 2 remote peers x 1 MiB
             assert abs(on_link / planned - 1) < 0.05, (r, algorithm, planned, on_link)
             assert messages == (2 if algorithm == "flat" else 1), (r, algorithm, messages)
+
+
+SILENT = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    import reshard as rs
+
+    comm = rs.init(timeout=8)
+    assert comm.adapter.board is not None and comm.adapter.board.two_level
+    x = np.zeros((comm.size, 2))
+    rs.all_to_all(x, 0, 1)
+    rs.all_to_all(x, 0, 1, check=True)  # the plan with its records: the next call votes
+    who, how = int(sys.argv[2]), sys.argv[3]
+    start = time.monotonic()
+    if comm.rank == who:
+        if how == "returns":
+            comm.close()
+            sys.exit(0)
+        time.sleep(20)
+        said = "slept"
+    else:
+        try:
+            rs.all_to_all(x, 0, 1, check=True)
+            said = "no error"
+        except rs.ReshardError as exc:
+            said = f"{type(exc).__name__}: {exc}"
+    with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:
+        f.write(f"{time.monotonic() - start:.2f} {said}")
+    comm.close()
+    """
+)
+
+
+@pytest.mark.parametrize(("who", "how"), [(3, "sleeps"), (3, "returns"), (2, "sleeps")])
+def test_a_rank_that_never_votes_is_named_on_every_host(two_hosts, tmp_path, who, how):
+    # hosts (0, 1) and (2, 3); rank 2 is the second host's lowest, which gathers its host's votes
+    # and takes the all-reduce among the hosts' lowest ranks. Rank ``who`` never reaches the call:
+    # it sleeps past the timeout (8 s) or returns, closing its communicator
+    procs, timed_out = _run_on_two_hosts(two_hosts, tmp_path, SILENT, str(who), how, limit=120)
+    logs = "\n".join((tmp_path / f"node{i}.log").read_text() for i in range(2))
+    assert not timed_out, logs
+    said = {r: (tmp_path / f"rank{r}").read_text().split(" ", 1) for r in range(4) if r != who}
+    assert len(said) == 3, logs
+    for r, (seconds, text) in said.items():
+        if how == "returns":  # seen at once through its board, and told to the other host
+            assert text.startswith("RankFailed") and f"rank {who} " in text, (r, text)
+            assert float(seconds) < 3, (r, seconds, text)
+        elif r == 3 or who == 3:  # named by its host's ranks, and by the other host's through the leaders
+            assert text.startswith("CommTimeout") and (f"rank {who} " in text or f"rank(s) {who} " in text), (r, text)
+            assert float(seconds) < 8 + 2, (r, seconds, text)
+        else:  # the first host: its lowest rank's all-reduce with rank 2 ran out of time
+            assert text.startswith("CommTimeout") and "lowest ranks (0, 2) ran out of time" in text, (r, text)
+            assert "rank 2 never reached this collective" in text and "gloo" not in text, (r, text)

@@ -16,7 +16,7 @@ import hashlib
 import mmap
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,8 +35,18 @@ _TOKEN_BYTES = 16
 _BOARD_BYTES = 192
 BOARD_WORDS = _BOARD_BYTES // 8  # int64 words of one rank's board
 _CLOSED_AT = 16  # the board's word that its rank sets when it closes: it will never vote again
-_GONE = 1 << 32  # a leader's note: rank (note & 0xFFFFFFFF) - 1 of its host ended
-_LEADERS_FAILED = 1 << 33  # a leader's note: its all-reduce with the other hosts' leaders failed
+# A leader's notes, carried in its hosts' all-reduce (by max: the surest wins) and handed to its
+# host: what it found of rank (note & _WHO) - 1 of its host, or that its all-reduce failed.
+_WHO = 0xFFFFFFFF
+_SILENT = 1 << 32  # never voted within the leader's share of the timeout
+_CLOSED = 1 << 33  # closed its communicator (its job returned) without voting
+_GONE = 1 << 34  # its process ended
+_LEADERS_FAILED = 1 << 35  # the all-reduce among the leaders raised (not carried across)
+_LEADERS_SILENT = 1 << 36  # the all-reduce among the leaders ran out of time (not carried across)
+# Across hosts, a leader waits this share of the timeout for its host's votes, so that a rank that
+# never voted is still named to the other hosts while their leaders wait in the all-reduce.
+LEADER_WAIT_SHARE = 0.75
+LEADER_GRACE = 5.0  # seconds a host's other ranks wait past the timeout for its leader's note
 
 
 def enabled_here() -> bool:
@@ -245,10 +255,13 @@ class VoteBoard:
     one small exchange among one rank per host instead of one among all."""
 
     def __init__(self, mine: np.ndarray, peers: dict[int, np.ndarray], pids: dict[int, int], rank: int, timeout: float,
-                 two_level: bool = False, across: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 two_level: bool = False, across: Callable[[np.ndarray], np.ndarray] | None = None,
+                 leaders: Sequence[int] = ()) -> None:
         """``mine``: this rank's board (int64, ``_BOARD_BYTES`` of shared memory, written only
-        here); ``peers``: each same-host peer's, read-only; ``pids``: their processes."""
+        here); ``peers``: each same-host peer's, read-only; ``pids``: their processes;
+        ``leaders``: every host's lowest rank (two levels)."""
         self.rank, self.timeout, self.two_level, self.across = rank, timeout, two_level, across
+        self.leaders = list(leaders)
         self.mine, self.peers, self.pids = mine, peers, pids
         self.leader = min(rank, *peers)
         self.spins = spins_for(len(peers) + 1)
@@ -257,12 +270,12 @@ class VoteBoard:
 
     @classmethod
     def in_outboxes(cls, local: LocalPeers, rank: int, timeout: float, two_level: bool = False,
-                    across: Callable[[np.ndarray], np.ndarray] | None = None) -> VoteBoard:
+                    across: Callable[[np.ndarray], np.ndarray] | None = None, leaders: Sequence[int] = ()) -> VoteBoard:
         """The board in the first lines of this rank's outbox and of its peers' (gloo)."""
         mine = local.outbox.maps[0][2][:_BOARD_BYTES].numpy().view(np.int64)
         peers = {q: np.frombuffer(mmap.mmap(fd, _BOARD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.int64)
                  for q, fd in local.peer_fds.items()}
-        return cls(mine, peers, dict(local.pids), rank, timeout, two_level, across)
+        return cls(mine, peers, dict(local.pids), rank, timeout, two_level, across, leaders)
 
     @classmethod
     def in_memfd(cls, rank: int, size: int, allgather_bytes: Callable[[np.ndarray], np.ndarray],
@@ -324,24 +337,36 @@ class VoteBoard:
                 return best
             res = 8 + 4 * (seq % 2)
             if self.rank != self.leader:
+                leader = {self.leader: self.peers[self.leader]}
                 try:
-                    board = next(iter(self._wait_for({self.leader: self.peers[self.leader]}, res, seq)))
+                    board = next(iter(self._wait_for(leader, res, seq)))
                 except CommTimeout:
                     self._raise_local_silence(at, seq)
-                    raise
+                    # every rank of this host voted: the leader waits on the other hosts, bounded
+                    # by its own timeout, and then hands over what it learned
+                    try:
+                        board = next(iter(self._wait_for(leader, res, seq, within=LEADER_GRACE)))
+                    except CommTimeout:
+                        raise CommTimeout(f"rank {self.rank}: the check's vote had no result within "
+                                          f"{self.timeout + LEADER_GRACE:g} s from rank {self.leader}, this host's "
+                                          "lowest, which waits on the other hosts' lowest ranks") from None
                 result, note = board[res + 1 : res + 3].copy(), int(board[res + 3])
                 self._raise_noted(note)
                 return result
             # The host's leader: its host's votes, then the other hosts' through their leaders.
-            # A local rank found gone is noted in the leaders' all-reduce, so every host names it.
-            best, gone = vote.copy(), []
-            for board in self._wait_for(self.peers, at, seq, gone):
+            # A local rank found gone, closed or silent is noted in the leaders' all-reduce, so
+            # every host names it.
+            best, noted = vote.copy(), []
+            for board in self._wait_for(self.peers, at, seq, noted, self.timeout * LEADER_WAIT_SHARE):
                 np.maximum(best, board[at + 1 : at + 3], out=best)
-            note = _GONE | (min(gone) + 1) if gone else 0
+            note = noted[0] | (noted[1] + 1) if noted else 0
             try:
                 reduced = np.asarray(self.across(np.array([*best, note], dtype=np.int64)), dtype=np.int64)
+            except CommTimeout:
+                self._publish(res, seq, best, _LEADERS_SILENT)  # its host's ranks learn why no result comes
+                self._raise_noted(_LEADERS_SILENT)
             except Exception:
-                self._publish(res, seq, best, _LEADERS_FAILED)  # its host's ranks learn why no result comes
+                self._publish(res, seq, best, _LEADERS_FAILED)
                 raise
             self._publish(res, seq, reduced[:2], int(reduced[2]))
             self._raise_noted(int(reduced[2]))
@@ -357,20 +382,37 @@ class VoteBoard:
 
     def _raise_noted(self, note: int) -> None:
         """The error a leader's note stands for, on this rank (nothing for no note)."""
+        who, seen = (note & _WHO) - 1, "seen by the lowest rank of its host"
+        if note & _LEADERS_SILENT:
+            others = [q for q in self.leaders if q != self.leader]
+            named = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {', '.join(map(str, others))}"
+            raise CommTimeout(f"rank {self.rank}: the check's vote among the hosts' lowest ranks "
+                              f"({', '.join(map(str, self.leaders))}) ran out of time (seen by rank {self.leader}, "
+                              f"this host's lowest): {named} never reached this collective, or a rank of its host "
+                              "never voted")
         if note & _LEADERS_FAILED:
             raise RankFailed(f"rank {self.rank}: the check's vote among the hosts' lowest ranks failed "
                              f"(seen by rank {self.leader}, this host's lowest): a rank of another host may have ended")
         if note & _GONE:
-            gone = (note & 0xFFFFFFFF) - 1
-            raise RankFailed(f"rank {self.rank}: the check's vote found rank {gone} gone "
-                             "(its process ended; seen by the lowest rank of its host)", {gone: "its process ended"})
+            raise RankFailed(f"rank {self.rank}: the check's vote found rank {who} gone (its process ended; {seen})",
+                             {who: "its process ended"})
+        if note & _CLOSED:
+            raise RankFailed(f"rank {self.rank}: rank {who} closed the communicator (its job returned) without "
+                             f"joining this collective ({seen})", {who: "closed the communicator"})
+        if note & _SILENT:
+            raise CommTimeout(f"rank {self.rank}: the check's vote waited more than "
+                              f"{self.timeout * LEADER_WAIT_SHARE:g} s for rank {who} (a rank never reached this "
+                              f"collective; {seen})")
 
-    def _wait_for(self, boards: dict[int, np.ndarray], at: int, seq: int, gone: list[int] | None = None) -> list[np.ndarray]:
-        """Each of ``boards`` once its slot at ``at`` carries ``seq``; bounded by the timeout.
-        A peer whose process ended is named at once, or, with ``gone`` given, put there and
-        the wait ends with the boards ready so far."""
+    def _wait_for(self, boards: dict[int, np.ndarray], at: int, seq: int, noted: list[int] | None = None,
+                  within: float | None = None) -> list[np.ndarray]:
+        """Each of ``boards`` once its slot at ``at`` carries ``seq``; bounded by ``within``
+        seconds (the timeout where not given). A peer whose process ended or that closed its
+        board is named at once; with ``noted`` given (a host's leader), what was found of the
+        lowest such peer (or, at the bound, of the lowest silent one) goes there instead, as
+        ``[kind, rank]``, and the wait ends with the boards ready so far."""
         waiting, ready = dict(boards), []
-        poll = Poll(self.timeout, self.spins)
+        poll = Poll(self.timeout if within is None else within, self.spins)
         while waiting:
             for q, board in list(waiting.items()):
                 if board[at] == seq:
@@ -379,28 +421,31 @@ class VoteBoard:
             if waiting:
                 if poll.pause():  # now and then: a peer that ended will never vote
                     dead = sorted(q for q in waiting if not alive(self.pids.get(q)))
-                    if dead and gone is not None:
-                        gone.extend(dead)
+                    closed = sorted(q for q in waiting if self._closed(q))
+                    if (dead or closed) and noted is not None:
+                        noted.extend([_GONE, dead[0]] if dead else [_CLOSED, closed[0]])
                         return ready
                     if dead:
                         raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
                                          f"{', '.join(map(str, dead))} gone (their process ended)",
                                          dict.fromkeys(dead, "its process ended"))
-                    closed = sorted(q for q in waiting if self._closed(q))
                     if closed:
                         raise RankFailed(f"rank {self.rank}: rank(s) {', '.join(map(str, closed))} closed "
                                          "the communicator (their job returned) without joining this collective",
                                          dict.fromkeys(closed, "closed the communicator"))
                 if poll.expired():
+                    if noted is not None:
+                        noted.extend([_SILENT, min(waiting)])
+                        return ready
                     raise CommTimeout(
-                        f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
+                        f"rank {self.rank}: the check's vote waited more than {poll.timeout:g} s for rank(s) "
                         f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
         return ready
 
     def _raise_local_silence(self, at: int, seq: int) -> None:
         """After the host's lowest rank handed over no result in time: ``CommTimeout`` naming the
         ranks of this host that never voted, where there are any (their boards are read here too);
-        else the caller's error stands (a rank of another host may not have voted)."""
+        else nothing (the leader voted and waits on the other hosts)."""
         silent = sorted(q for q, board in self.peers.items() if board[at] < seq)  # a slot holds seq or seq - 2
         if silent:
             raise CommTimeout(f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "

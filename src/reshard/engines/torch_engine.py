@@ -121,7 +121,8 @@ class TorchEngine:
                 dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
             return buf.numpy()
 
-        self.board = VoteBoard.in_outboxes(local, self.rank, self.timeout, True, across if self.rank in leaders else None)
+        self.board = VoteBoard.in_outboxes(local, self.rank, self.timeout, True, across if self.rank in leaders else None,
+                                          leaders)
 
     def send_buffer(self, count: int, like: Any) -> Any:
         """A 1-D buffer of ``count`` elements like ``like`` for the packed messages of the next
