@@ -54,6 +54,14 @@ def test_engines_as_torch_itself_sees_them():
         assert "CUDA" in engines["nccl"]["why"]
 
 
+def test_doctor_prints_no_trailing_blanks_or_control_characters():
+    # Open MPI's version string ends in a NUL; lines padded to the width read badly when pasted
+    run = doctor("--no-color", env={"COLUMNS": "100"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    for line in run.stdout.splitlines():
+        assert line == line.rstrip() and line.isprintable(), repr(line)
+
+
 def test_doctor_does_not_import_torch():
     probe = "import sys; from reshard.doctor import collect; collect(); print('torch' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

@@ -60,14 +60,16 @@ def test_the_readme_shows_what_the_demo_prints():
 
 
 def test_an_uneven_demo_gives_each_rank_its_own_byte_counts():
-    out = _reshard("demo", "--shape", "7x5", "--ranks", "4", columns=200)
-    moved = next(line for line in out.splitlines() if line.startswith("Moved"))
-    # 7x5 over 4 ranks: rows 2,2,2,1 and cols 2,1,1,1 (float32); each rank's own piece stays
+    lines = _reshard("demo", "--shape", "7x5", "--ranks", "4", columns=80).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Moved"))
+    assert "by each rank" in lines[at], lines[at]
+    # 7x5 over 4 ranks: rows 2,2,2,1 and cols 2,1,1,1 (float32); each rank's own piece stays;
+    # a line each, so that a narrow terminal never splits one rank's figures
     rows, cols = [2, 2, 2, 1], [2, 1, 1, 1]
     for r in range(4):
         sent = 4 * rows[r] * (5 - cols[r])
         received = 4 * cols[r] * (7 - rows[r])
-        assert f"rank {r}: {sent} B / {received} B" in moved, moved
+        assert lines[at + 1 + r] == f"  rank {r}: {sent} B / {received} B", lines[at:]
 
 
 @pytest.mark.parametrize("columns", [80, 100])

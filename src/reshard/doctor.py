@@ -25,7 +25,7 @@ from .errors import ReshardError
 from .meta import VERSION
 
 MPI_PROBE = ("import mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; "
-             "from mpi4py import MPI; print(MPI.Get_library_version().strip().splitlines()[0])")
+             "from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), '').strip().splitlines()[0].strip())")
 
 
 def _version(dist: str) -> str | None:

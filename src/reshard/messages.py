@@ -91,8 +91,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "ko": "이동: rank마다 {sent} 송신, {received} 수신 (자기 조각 제외); {summed}.",
     },
     "demo.moved_each": {
-        "en": "Moved, sent / received (own piece excluded): {per_rank}; {summed}.",
-        "ko": "이동, 송신 / 수신 (자기 조각 제외): {per_rank}; {summed}.",
+        "en": "Moved, sent / received by each rank (own piece excluded); {summed}:",
+        "ko": "rank별 이동, 송신 / 수신 (자기 조각 제외); {summed}:",
     },
     "demo.not_summed": {"en": "no values were summed", "ko": "값을 더하지 않는다"},
     "demo.summed": {"en": "values were summed", "ko": "값을 더했다"},

@@ -61,9 +61,10 @@ def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Pl
     if len(set(sent)) == 1 and len(set(received)) == 1:  # every rank alike: one figure says it
         console.print(say("demo.moved", lang, sent=human_bytes(sent[0]), received=human_bytes(received[0]),
                           summed=say(said, lang)))
-    else:  # uneven: each rank's own figures
-        per_rank = ", ".join(f"rank {r}: {human_bytes(s)} / {human_bytes(v)}" for r, (s, v) in enumerate(moved))
-        console.print(say("demo.moved_each", lang, per_rank=per_rank, summed=say(said, lang)))
+    else:  # uneven: each rank's own figures, a line each (a wrapped list splits "32 B / 20 B")
+        console.print(say("demo.moved_each", lang, summed=say(said, lang)))
+        for r, (s, v) in enumerate(moved):
+            console.print(Text(f"  rank {r}: {human_bytes(s)} / {human_bytes(v)}"))
 
 
 def grid(shape: tuple[int, int], placement: Placement, n: int) -> Any:
