@@ -86,6 +86,31 @@ def test_reprs_and_parsing():
         rs.Shard(True)
 
 
+def test_placements_are_made_once_per_value_and_behave_as_values():
+    import copy
+    import pickle
+
+    # a call written with new placement objects each time gets the same objects back
+    assert rs.Shard(0) is rs.Shard(0) and rs.Replicate() is rs.Replicate() and rs.Partial("max") is rs.Partial("max")
+    assert rs.Partial() is rs.Partial("sum") and rs.Shard(np.int64(2)) is rs.Shard(2)
+    assert type(rs.Shard(np.int64(2)).dim) is int and rs.Shard(-1).dim == -1 and rs.Partial("avg").op == "avg"
+    assert rs.Shard(1) != rs.Shard(2) and rs.Shard(0) != rs.Replicate() and rs.Partial() != rs.Partial("max")
+    assert len({rs.Shard(1), rs.Shard(1), rs.Replicate(), rs.Partial()}) == 3
+    for p in (rs.Shard(3), rs.Shard(-2), rs.Replicate(), rs.Partial("min")):
+        assert pickle.loads(pickle.dumps(p)) is p and copy.deepcopy(p) is p and eval(repr(p), vars(rs)) is p
+    with pytest.raises(AttributeError):
+        rs.Shard(0).dim = 1
+    match rs.Shard(4):
+        case rs.Shard(dim):
+            assert dim == 4
+    for bad in (True, np.bool_(False), 1.0, "0", None):
+        with pytest.raises(rs.InvalidArgument):
+            rs.Shard(bad)
+    for bad in ("median", None, ["sum"]):
+        with pytest.raises(rs.InvalidArgument):
+            rs.Partial(bad)
+
+
 @pytest.mark.parametrize("dim,ndim", [(2, 2), (-3, 2), (0, 0), (True, 2), (1.0, 2)])
 def test_normalize_dim_rejects(dim, ndim):
     with pytest.raises(rs.InvalidArgument):

@@ -34,12 +34,13 @@ JOB = textwrap.dedent(
         back = rs.all_to_all(np.ascontiguousarray(cols), split_dim=0, concat_dim=1)
         assert np.array_equal(back, rows)
     # the two-level exchange (inside each host, then across) gives the flat exchange's result
-    for shape, s, c in [((9, 5), 0, 1), ((4, 6, 3), 2, 0)]:
+    for shape, s, c in [((9, 5), 0, 1), ((4, 6, 3), 2, 0), ((9, 5), 0, 0), ((4, 6, 3), 1, 1)]:
         lengths = [shape[c] + q for q in range(comm.size)]  # uneven along concat_dim
         mine = [*shape[:c], lengths[comm.rank], *shape[c + 1:]]
         x = (np.arange(int(np.prod(mine)), dtype=np.float32) + 1000 * comm.rank).reshape(mine)
         flat = rs.all_to_all(x, s, c, algorithm="flat")
-        two_level = ["local", "all_to_all (inside the host)", "all_to_all (across hosts)"]
+        reorder = ["local"] if s == c else []  # all_to_all_single's form: what arrived put in host order
+        two_level = ["local", "all_to_all (inside the host)", *reorder, "all_to_all (across hosts)"]
         for algorithm in ("hierarchical", "auto"):
             two = rs.all_to_all(x, s, c, algorithm=algorithm)
             assert two.shape == flat.shape and np.array_equal(two, flat), (algorithm, shape, comm.rank)

@@ -54,8 +54,9 @@ def all_to_all(
         balanced rule ``shard_sizes(S, N)``.
       algorithm: ``"flat"`` (every rank sends to every rank), ``"hierarchical"`` (two levels
         over ``comm.hosts``: inside each host, then one message per remote host, among the
-        ranks with the same local index; needs ``split_dim != concat_dim`` and the same
-        number of consecutive ranks on each host) or ``"auto"`` (flat on one host; across
+        ranks with the same local index; needs the same number of consecutive ranks on each
+        host; with ``split_dim == concat_dim`` what arrived inside the host is put in
+        destination-host order before it crosses) or ``"auto"`` (flat on one host; across
         several, whichever ``reshard.hosts_plan``'s two-level alpha-beta model estimates
         faster for the mean bytes per rank). Every algorithm gives the same result.
 

@@ -74,11 +74,14 @@ def all_to_all(rank: int, shapes: Sequence[Shape], split_dim: int, concat_dim: i
 def all_to_all_hierarchical(rank: int, shapes: Sequence[Shape], split_dim: int, concat_dim: int,
                             hosts: int, split_sizes: Sequence[int] | None = None) -> RankPlan:
     """``all_to_all`` in two levels over ``hosts`` hosts of ``L = N // hosts`` consecutive ranks
-    (Tutel's 2-D form; ``split_dim != concat_dim``): the pieces reordered so that what goes to
-    each local index is one run; an exchange among this host's ranks, after which local rank l
-    holds everything its host sends to local rank l of every host; then one among the ranks
-    with this local index on every host (one message per remote host). The result is the flat
-    exchange's, element for element."""
+    (Tutel's 2-D form): the pieces reordered so that what goes to each local index is one run;
+    an exchange among this host's ranks, after which local rank l holds everything its host
+    sends to local rank l of every host; then one among the ranks with this local index on
+    every host (one message per remote host). The result is the flat exchange's, element for
+    element. With ``split_dim == concat_dim`` (``all_to_all_single``'s form) what arrived inside
+    the host is put in destination-host order before it crosses, as ``all_to_all_v`` does."""
+    if split_dim == concat_dim:
+        return _same_dim_hierarchical(rank, shapes, split_dim, hosts, split_sizes)
     flat = all_to_all(rank, shapes, split_dim, concat_dim, split_sizes).steps[0]
     n, s, c = len(shapes), split_dim, concat_dim
     per_host = n // hosts
@@ -95,6 +98,33 @@ def all_to_all_hierarchical(rank: int, shapes: Sequence[Shape], split_dim: int, 
                       tuple(sum(lengths[h * per_host : (h + 1) * per_host]) for h in range(hosts)))
     steps = (Reorder(s, send, order), OnMeshDim(1, "all_to_all (inside the host)", (inside,)),
              OnMeshDim(0, "all_to_all (across hosts)", (across,)))
+    return RankPlan("all_to_all", rank, n, steps)
+
+
+def _same_dim_hierarchical(rank: int, shapes: Sequence[Shape], dim: int, hosts: int,
+                           split_sizes: Sequence[int] | None) -> RankPlan:
+    """``all_to_all_hierarchical`` with ``split_dim == concat_dim == dim``: ``p[q][d]``, the
+    length along ``dim`` rank q sends rank d, is known to every rank (each cuts its own length
+    by ``split_sizes`` or the balanced rule), so both levels are planned as ``all_to_all_v``'s."""
+    n = len(shapes)
+    per_host = n // hosts
+    host, local = divmod(rank, per_host)
+    p = [tuple(split_sizes) if split_sizes is not None else tuple(shard_sizes(int(sh[dim]), n)) for sh in shapes]
+    mine = tuple(int(v) for v in shapes[rank])
+    order = tuple(h * per_host + le for le in range(per_host) for h in range(hosts))
+    sources = [host * per_host + le for le in range(per_host)]  # this host's ranks
+    inside = AllToAll(mine, dim, dim, tuple(sum(p[rank][h * per_host + le] for h in range(hosts)) for le in range(per_host)),
+                      with_dim(mine, dim, 0),
+                      tuple(sum(p[q][h * per_host + local] for h in range(hosts)) for q in sources))
+    # arrived: from each local rank, its pieces for (h, local) in host order; across wants them
+    # by destination host, then by source local rank (so that they land in rank order)
+    blocks = tuple(p[q][h * per_host + local] for q in sources for h in range(hosts))
+    by_host = tuple(le * hosts + h for h in range(hosts) for le in range(per_host))
+    across = AllToAll(inside.out_shape, dim, dim, tuple(sum(p[q][h * per_host + local] for q in sources) for h in range(hosts)),
+                      with_dim(mine, dim, 0),
+                      tuple(sum(p[h * per_host + le][rank] for le in range(per_host)) for h in range(hosts)))
+    steps = (Reorder(dim, p[rank], order), OnMeshDim(1, "all_to_all (inside the host)", (inside,)),
+             Reorder(dim, blocks, by_host), OnMeshDim(0, "all_to_all (across hosts)", (across,)))
     return RankPlan("all_to_all", rank, n, steps)
 
 

@@ -88,24 +88,20 @@ def all_to_all(x: Array, size: int, split_dim: Any, concat_dim: Any, split_sizes
 
 def exchange_algorithm(algorithm: Any, hosts: Sequence[int], split_dim: int, concat_dim: int) -> str:
     """The algorithm asked for, checked: ``"auto"`` stays ``"auto"`` where the two-level form
-    could run (several hosts of several ranks each, laid out host by host, different split and
-    concat dims; the cost model decides once every rank's shape is known) and is ``"flat"``
-    elsewhere."""
+    could run (several hosts of several ranks each, laid out host by host; the cost model
+    decides once every rank's shape is known) and is ``"flat"`` elsewhere."""
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise InvalidArgument(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
     if algorithm == "flat":
         return "flat"
     if algorithm == "auto":
-        if split_dim == concat_dim or len(set(hosts)) < 2:
+        if len(set(hosts)) < 2:
             return "flat"
         try:
             count, local = hosts_mesh_shape(hosts)
         except InvalidArgument:
             return "flat"
         return "auto" if local > 1 else "flat"
-    if split_dim == concat_dim:
-        raise InvalidArgument("algorithm='hierarchical' needs split_dim != concat_dim (its second exchange "
-                              "joins along concat_dim what the first one gathered)")
     hosts_mesh_shape(hosts)
     return "hierarchical"
 
