@@ -318,3 +318,22 @@ def across_left_behind(comm: rs.Comm, op: str = "dispatch") -> tuple[str, list[s
     comm.timeout = comm.adapter.timeout = kept_timeout
     comm.barrier()  # host 1's ranks stay until host 0's have looked
     return seen, running
+
+
+def moe_reports(comm: rs.Comm, check: bool) -> dict:
+    """``last_exchange()`` after dispatch and combine on each path: op, the small exchanges,
+    the bytes sent, and (flat) the bytes this rank's rows for other ranks' experts weigh."""
+    rng = np.random.default_rng(comm.rank)
+    experts, hidden = 2 * comm.size, 3
+    tokens = rng.standard_normal((10, hidden)).astype(np.float32)
+    ids = rng.integers(0, experts, (10, 2))
+    seen = {}
+    for algorithm in ("flat", "hierarchical"):
+        inputs, handle = rs.moe.dispatch(tokens, ids, experts, algorithm=algorithm, check=check)
+        d = rs.last_exchange()
+        rs.moe.combine(inputs, handle, check=check)
+        c = rs.last_exchange()
+        seen[algorithm] = [(st.op, st.metadata_exchanges, st.bytes_sent, len(st.steps)) for st in (d, c)]
+    owner = ids // (experts // comm.size)
+    seen["flat rows out"] = int((owner != comm.rank).sum()) * hidden * 4
+    return seen

@@ -202,3 +202,19 @@ def test_example_moe_layer_matches_one_process(engine):
     assert max(abs(a - b) for a, b in zip(ours, reference)) <= 1e-5, (ours, reference)
     assert ours[-1] < ours[0]  # it trains
     assert np.isfinite(ours).all()
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_last_exchange_names_the_moe_op_alike_on_both_paths(check):
+    # dispatch: the records and the counts (flat), and the rows per host (two levels);
+    # combine: the records; with the check on, each op's vote too. Both paths report the op
+    # by its public name.
+    vote = int(check)
+    for rank, seen in enumerate(rs.spawn(moe_rank.moe_reports, 2, args=(check,))):
+        (d_op, d_meta, d_sent, d_steps), (c_op, c_meta, _, c_steps) = seen["flat"]
+        assert (d_op, c_op) == ("moe.dispatch", "moe.combine"), seen
+        assert (d_meta, c_meta) == (2 + vote, 1 + vote) and d_steps >= 1 and c_steps >= 1, seen
+        assert d_sent == seen["flat rows out"], (rank, seen)
+        (h_op, h_meta, _, _), (hc_op, hc_meta, _, _) = seen["hierarchical"]
+        assert (h_op, hc_op) == ("moe.dispatch", "moe.combine"), seen
+        assert (h_meta, hc_meta) == (3 + vote, 1 + vote), seen

@@ -30,6 +30,7 @@ from .comm import Comm
 from .errors import InvalidArgument, UnsupportedDType
 from .layout import check_int, offsets, shard_sizes
 from .moe_rows import exchange_segments, index_for, take_rows
+from .stats import last_exchange, set_last
 
 Array = Any
 
@@ -205,6 +206,16 @@ def _gathered(call: Call, own: np.ndarray, what: str) -> np.ndarray:
     return gathered.view(np.int64).reshape(call.size, own.size)
 
 
+def _report(op: str, call: Call) -> None:
+    """``last_exchange()`` for the whole op, on either path: what its exchanges did, named
+    ``op`` ("moe.dispatch" or "moe.combine"), with the small exchanges of the op's own call
+    (its records, the counts) counted too."""
+    stats = last_exchange().copy()
+    stats.op = op
+    stats.metadata_exchanges += call.stats.metadata_exchanges
+    set_last(stats)
+
+
 def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None, capacity: int | None,
               check: bool | None, routable: np.ndarray | None, algorithm: str = "auto") -> tuple[Array, MoEHandle]:
     """``dispatch``; ``routable`` (bool ``[T * k]``, or None for all) marks the pairs that may
@@ -253,6 +264,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     if algorithm == "hierarchical":
         expert_inputs, routes = moe_two_level.dispatch(comm_, tokens, ids, kept.reshape(num_tokens, top_k),
                                                        kept_counts, rows_to_host, mesh_shape, per_rank)
+        _report("moe.dispatch", call)
         return expert_inputs, MoEHandle(
             tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
             dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
@@ -261,6 +273,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
             segment_send=segment_send, segment_recv=segment_recv, algorithm="hierarchical", hosts=routes)
     rows = take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
     expert_inputs = exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)")
+    _report("moe.dispatch", call)
     handle = MoEHandle(
         tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
         dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
@@ -299,9 +312,12 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     call.validate(_check_combine, handle, weights, expert_outputs)
     call.agree(free_dims=(0,), need_shapes=False)  # check on or off: a disagreement never moves data
     if handle.hosts is not None:
-        return moe_two_level.combine(expert_outputs, handle.hosts, handle.num_tokens, handle.top_k, weights)
+        out = moe_two_level.combine(expert_outputs, handle.hosts, handle.num_tokens, handle.top_k, weights)
+        _report("moe.combine", call)
+        return out
     # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
     back = exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")
+    _report("moe.combine", call)
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])
     if handle.slot_rows is not None:  # dropless: every (token, slot) has its row, so gather
