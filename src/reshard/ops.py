@@ -298,10 +298,8 @@ def redistribute(
             "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
     # A training loop's repeated unchecked call first: anything else (a DTensor, bad
     # arguments) is a MISS here and takes the full path below.
-    if mesh is None:
-        replayed = replay_hot("redistribute", x, comm, check, (src, dst, global_shape))
-    else:
-        replayed = replay_hot("redistribute", x, mesh.comm, check, (src, dst, global_shape, mesh, "balanced"))
+    replayed = replay_hot("redistribute", x, comm if mesh is None else mesh.comm, check,
+                          relayout.hot_args(src, dst, global_shape, mesh))
     if replayed is not MISS:
         return replayed
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):

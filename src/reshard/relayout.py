@@ -21,21 +21,26 @@ from .mesh import Mesh
 Array = Any
 
 
+def hot_args(src: Any, dst: Any, global_shape: Any, mesh: Mesh | None, rule: str = "balanced") -> tuple:
+    """The arguments a hot replay of ``redistribute`` is kept by and found by (``replay_hot``)."""
+    return (src, dst, global_shape) if mesh is None else (src, dst, global_shape, mesh, rule)
+
+
 def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | None, global_shape: Any,
                  check: bool | None, rule: str = "balanced", hot_tried: bool = False) -> Array:
     """``x`` (this rank's part under ``src``) as its part under ``dst``, on ``mesh`` or, with
     ``mesh=None``, on ``comm`` as the mesh ``(N,)`` (one placement each side). ``hot_tried``:
     the caller found no hot replay for these arguments (``replay_hot``) already."""
     world = mesh is None
-    hot_args = (src, dst, global_shape) if world else (src, dst, global_shape, mesh, rule)
+    hot = hot_args(src, dst, global_shape, mesh, rule)
     if not hot_tried:
-        replayed = replay_hot("redistribute", x, comm if world else mesh.comm, check, hot_args)
+        replayed = replay_hot("redistribute", x, comm if world else mesh.comm, check, hot)
         if replayed is not MISS:
             return replayed
-    key = hot_args if world else (tuple(parse_placements(src)), tuple(parse_placements(dst)),
+    key = hot if world else (tuple(parse_placements(src)), tuple(parse_placements(dst)),
                                   global_shape, mesh.shape, rule)
     replayed, call = begin("redistribute", x, comm if world else mesh.comm, check, key,
-                           ("src", "dst") if world else ("src", "dst", "mesh"), hot_args)
+                           ("src", "dst") if world else ("src", "dst", "mesh"), hot)
     if call is None:
         return replayed
     mesh_shape = (call.size,) if world else mesh.shape
