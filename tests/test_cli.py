@@ -182,3 +182,14 @@ def test_plan_on_hosts_without_a_shape_takes_a_65536_square():
     assert json.loads(run.stdout)["bytes_per_rank"] == 65536 * 65536 * 4 // 4096  # float32, 4,096 ranks
     text = reshard_cli("plan", "--hosts", "512", "--ranks-per-host", "8").stdout
     assert "65536x65536" in text and "4,096 ranks" in text and "hierarchical" in text
+
+
+@pytest.mark.parametrize("args", [("plan", "--shape", "7x5", "--ranks", "4", "--dst", "S1"),
+                                  ("plan", "--shape", "7x5", "--ranks", "4", "--rank", "1", "--src", "rows?"),
+                                  ("demo", "--src", "bogus")])
+def test_a_placement_the_cli_cannot_read_is_one_line_naming_the_option(args):
+    run = reshard_cli(*args)
+    option = "--dst" if "--dst" in args else "--src"
+    said = (run.stdout + run.stderr).strip()
+    assert run.returncode == 2 and said.startswith(f"error: {option}: cannot read placement"), said
+    assert "Traceback" not in said and len(said.splitlines()) == 1, said

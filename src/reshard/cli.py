@@ -136,7 +136,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console = make_console(args.no_color)
     if args.mesh:
         return _demo_mesh(args, console)
-    args.src, args.dst = placement(args.src or "row"), placement(args.dst or "col")
+    args.src, args.dst = placement(args.src or "row", "--src"), placement(args.dst or "col", "--dst")
     if len(args.shape) != 2:
         console.print(say("cli.error", args.lang, error=f"demo draws a matrix: --shape needs two sizes, got {len(args.shape)}"))
         return 2

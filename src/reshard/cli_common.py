@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .errors import ReshardError
+from .errors import InvalidArgument
 from .layout import parse_placement
 
 
@@ -19,11 +19,13 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
-def placement(text: str):
+def placement(text: str, option: str):
+    """``--src``/``--dst``'s text as a placement; ``InvalidArgument`` naming the option (read
+    after parsing, since the same options take one placement per mesh dim with ``--mesh``)."""
     try:
         return parse_placement(text)
-    except ReshardError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{option}: {exc}") from None
 
 
 def positive(text: str) -> int:

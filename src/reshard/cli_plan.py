@@ -121,7 +121,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _plan_rank(args)
     mesh = args.mesh or ((args.ranks,) if args.ranks > SMALL_PLAN_RANKS else None)
     if mesh is None:
-        src, dst = placement(args.src or "row"), placement(args.dst or "col")
+        src, dst = placement(args.src or "row", "--src"), placement(args.dst or "col", "--dst")
         plan = make_plan(args.shape, src, dst, args.ranks, args.dtype)
         if args.json:
             report = plan_report(plan)
@@ -173,7 +173,7 @@ def _plan_rank(args: argparse.Namespace) -> int:
         report = rank_report(args.shape, parse_placements(args.src), parse_placements(args.dst), args.rank, args.dtype,
                              mesh=args.mesh)
     else:
-        report = rank_report(args.shape, placement(args.src or "row"), placement(args.dst or "col"), args.rank,
+        report = rank_report(args.shape, placement(args.src or "row", "--src"), placement(args.dst or "col", "--dst"), args.rank,
                              args.dtype, ranks=args.ranks)
     if args.json:
         print(json.dumps(report, indent=2))
