@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
 
@@ -36,6 +38,24 @@ MEMORY_LIMIT_MB = 50.0
 def one_rank(shape, src, dst, where, rank):
     kw = {"mesh": where} if isinstance(where, tuple) else {"ranks": where}
     return rank_report(shape, src, dst, rank, **kw)
+
+
+REPORT = ["plan", "--shape", "8192x8192", "--dtype", "bfloat16", "--ranks", "64", "--json"]
+SMALL = ["plan", "--shape", "6x6", "--ranks", "3"]
+
+
+def report_processes(repeats: int) -> list[dict]:
+    """``reshard plan`` for 64 ranks with every pair's table, as a fresh process, beside the 6x6
+    example's (the start-up every command pays), alternated: medians of ``max(repeats, 11)``."""
+    runs: dict[str, list[float]] = {"report": [], "small": []}
+    for _ in range(max(repeats, 11)):
+        for name, argv in (("report", REPORT), ("small", SMALL)):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "reshard", *argv], check=True, stdout=subprocess.DEVNULL)
+            runs[name].append((time.perf_counter() - started) * 1e3)
+    return [{"case": "reshard plan, 64 ranks, --json (a fresh process)",
+             "process_ms_median": statistics.median(runs["report"]), "runs_ms": runs["report"],
+             "baseline_ms_median": statistics.median(runs["small"]), "limit_ms": 300.0}]
 
 
 def main() -> None:
@@ -70,7 +90,13 @@ def main() -> None:
         every_pair = time.perf_counter() - started
         rows.append({"case": f"world of {n:,}: the plan a rank runs", "plan_ms_median": made * 1e3,
                      "every_pair_ms": every_pair * 1e3, "pairs": listed})
+    rows.extend(report_processes(args.repeats))
     for row in rows:
+        if "process_ms_median" in row:
+            print(f"{row['case']:<58} {row['process_ms_median']:9.0f} ms, the 6x6 example's process "
+                  f"{row['baseline_ms_median']:.0f} ms: +{row['process_ms_median'] - row['baseline_ms_median']:.0f} ms "
+                  f"(limit {row['limit_ms']:g} ms in all); every run: {', '.join(f'{v:.0f}' for v in row['runs_ms'])}")
+            continue
         limits = [f"{row['plan_ms_median']:9.2f} ms" + (f" (limit {row['limit_ms']:g})" if "limit_ms" in row else "")]
         if "peak_mb" in row:
             limits.append(f"{row['peak_mb']:.1f} MB (limit {row['limit_mb']:g})")

@@ -70,3 +70,23 @@ def test_collective_choice():
     }
     for (src, dst), want in cases.items():
         assert make_plan(shape, src, dst, 4).collective == want, (src, dst)
+
+
+def test_a_report_works_out_regions_per_rank_and_lists_each_pair_once(monkeypatch):
+    # the whole-world report reads every pair from many tables (split table, traffic matrix,
+    # bytes per rank, memory, the time estimate): regions are worked out per rank, not per pair,
+    # and each pair's transfer is listed once, so 64 ranks stay fast without a timed assertion
+    from reshard import plan as plan_module
+
+    calls = []
+    real = plan_module.local_region
+    monkeypatch.setattr(plan_module, "local_region", lambda *a: calls.append(a[1:3]) or real(*a))
+    n = 64
+    plan = make_plan((8192, 8192), "row", "col", n, "bfloat16")
+    report = plan_module.plan_report(plan)
+    plan_module.estimate_seconds(plan, 1e-6, 1e-9)
+    assert len(set(calls)) == 2 * n and len(calls) <= 4 * n, len(calls)  # per rank (the memory table too), not per pair
+    table = report["split_table"]
+    assert len(table) == n * n and {(t["src_rank"], t["dst_rank"]) for t in table} == {(s, d) for s in range(n) for d in range(n)}
+    # 8192 rows and cols over 64 ranks: 128 x 128 bfloat16 per pair
+    assert {t["bytes"] for t in table} == {128 * 128 * 2} and report["total_bytes"] == 128 * 128 * 2 * n * (n - 1)

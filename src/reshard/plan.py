@@ -7,6 +7,7 @@ size. The regions are global ``[start, stop)`` per dim; the op layer follows the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,12 @@ def region_numel(region: Region) -> int:
 
 
 def intersect(a: Region, b: Region) -> Region:
-    return tuple((max(a0, b0), max(max(a0, b0), min(a1, b1))) for (a0, a1), (b0, b1) in zip(a, b))
+    out = []
+    for (a0, a1), (b0, b1) in zip(a, b):
+        lo = a0 if a0 > b0 else b0
+        hi = a1 if a1 < b1 else b1
+        out.append((lo, hi if hi > lo else lo))
+    return tuple(out)
 
 
 def leading_trivial(shape: Sequence[int], dim: int) -> bool:
@@ -97,8 +103,9 @@ class Step:
         t = Transfer(s, d, reg, region_numel(reg) * self.itemsize)
         return t if self.keep_empty or t.nbytes or s == d else None
 
-    @property
+    @functools.cached_property
     def transfers(self) -> tuple[Transfer, ...]:
+        """Every pair's transfer, listed once (for reports and pictures: O(ranks^2))."""
         pairs = ((r, r) for r in range(self.size)) if self.collective == "local" else (
             (s, d) for s in range(self.size) for d in range(self.size))
         return tuple(t for t in (self._transfer(s, d) for s, d in pairs) if t is not None)
@@ -223,8 +230,13 @@ def make_plan(
     item = itemsize if itemsize is not None else ITEMSIZE[dtype]
     plan = Plan(shape, src_p, dst_p, size, dtype, "none", itemsize_override=itemsize)
 
+    held: dict[tuple[Placement, int], Region] = {}  # each rank's region, made once: a report asks per pair
+
     def region(p: Placement, r: int) -> Region:
-        return local_region(shape, p, r, size)
+        got = held.get((p, r))
+        if got is None:
+            got = held[(p, r)] = local_region(shape, p, r, size)
+        return got
 
     def step(collective: str, pair: Callable[[int, int], Region | None], **kw: Any) -> Step:
         return Step(collective, pair, size, item, **kw)
