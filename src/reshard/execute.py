@@ -46,21 +46,39 @@ class PlanRun:
         self.plan = plan
         self.record = record
         self.runners = [(step.collective, _runner(call, x, step, sub)) for step in plan.steps]
+        # What a step's form states it does on every run (its counters, that it receives into its
+        # result), recorded here rather than by the form, so that every run is the same code
+        self.declared = [(getattr(run, "counts", ()), getattr(run, "receives_result", False)) for _, run in self.runners]
+        self.bare = tuple(run for _, run in self.runners)
+        # the result is what the last step received into (a hot replay notes it without a Call)
+        self.receives_result = bool(self.declared) and self.declared[-1][1]
         self.cross_host = (0, 0)  # (bytes, messages) to other hosts, from the plan: the same every run
         hosts = getattr(getattr(call, "comm", None), "hosts", None)
         if record and hosts is not None and len(set(hosts)) > 1 and len(hosts) == plan.size:
             elements, messages = planner.cross_host_traffic(plan, tuple(x.shape), hosts, mesh_shape)
             self.cross_host = (elements * call.arrays.itemsize(x), messages)
 
-    def __call__(self, k: CallState, xt: Array, prepared: Any = None) -> Array:
+    def __call__(self, k: CallState, xt: Array, prepared: Any = None, record: bool = True) -> Array:
+        """The result of the plan's steps on ``xt``. ``record=False``: a hot replay, whose stats
+        are those of the replay that made it (the plan decides them): no step is recorded."""
+        if not record:  # a hot replay: its stats are those of the replay that made it
+            for runner in self.bare:
+                xt = runner(k, xt, prepared)
+                prepared = None
+            return xt
         stats = k.stats
-        for name, runner in self.runners:
-            started = stats.begin_step()
+        steps = self.record  # an inner plan's steps are its caller's one step
+        for (name, runner), (counts, receives) in zip(self.runners, self.declared):
+            started = stats.begin_step() if steps else None
             xt = runner(k, xt, prepared)
             prepared = None
-            if self.record:
+            if receives:
+                stats.received_into_result(xt)
+            for field, value in counts:
+                setattr(stats, field, getattr(stats, field) + value)
+            if steps:
                 stats.end_step(name, started)
-        if self.cross_host[1]:
+        if steps and self.cross_host[1]:
             stats.cross_host_bytes_sent += self.cross_host[0]
             stats.cross_host_messages += self.cross_host[1]
         return xt

@@ -143,7 +143,7 @@ class HotReplay:
     input it was made for, the plan's step runners, a state they write their counters into,
     and the stats that every such replay ends with (the same each time: the plan decides them)."""
 
-    __slots__ = ("op_code", "args", "kind_checks", "x_key", "runners", "lean", "state", "stats", "numpy_in",
+    __slots__ = ("op_code", "args", "kind_checks", "x_key", "program", "state", "stats", "numpy_in",
                  "ballot", "vote", "vote_what", "prepare", "run")
 
     @classmethod
@@ -151,8 +151,7 @@ class HotReplay:
            ballot: int | None = None) -> HotReplay | None:
         """The hot form of ``plan``'s replay, or None where ``args`` or ``x`` cannot key one.
         ``ballot``: a checked replay's vote for the plan (the op's code above its digest)."""
-        runners = getattr(plan.run, "runners", None)
-        if runners is None or not (is_numpy(x) or is_torch(x)) or (is_torch(x) and x.requires_grad):
+        if not hasattr(plan.run, "runners") or not (is_numpy(x) or is_torch(x)) or (is_torch(x) and x.requires_grad):
             return None
         try:
             args = _owned(args)
@@ -162,29 +161,24 @@ class HotReplay:
         hot.args, hot.x_key = args, _array_key(x, plan.numpy_in)
         # where == alone may pass an argument of another kind: its position and its kind
         hot.kind_checks = tuple([(i, _kind(a)) for i, a in enumerate(args) if _may_hide_a_kind(a)])
-        hot.op_code, hot.runners = op_code(op), tuple(run for _, run in runners)
-        # One step that receives into its result, whose counters the stats hold already: its lean form.
-        into = stats.received_into
-        received = type(into) is weakref.ReferenceType and into() is not None
-        hot.lean = getattr(hot.runners[0], "lean", None) if len(hot.runners) == 1 and received else None
+        hot.op_code, hot.program = op_code(op), plan.run  # the executor's program, as every call runs it
         hot.state, hot.numpy_in = ReplayState(op, comm, plan.arrays), plan.numpy_in
         hot.stats = stats.copy()  # apart from the one a caller may hold
         hot.ballot, hot.vote, hot.vote_what, hot.prepare = ballot, None, f"{op} (check)", None
         if ballot is not None:  # the vote as a Call casts it (the ballot and its negation), made once
             hot.vote, hot.prepare = np.array([ballot, -ballot], dtype=np.int64), plan.prepare
-            hot.lean = None  # the plan's local work runs while the vote travels
         hot.run = hot.numpy_form() or hot.__call__
         return hot
 
     def numpy_form(self) -> Any:
-        """The common replay, a numpy array in and out, unchecked, one step that allocates its
-        result, as one closure over what it compares (``run``): each attribute read and call
-        saved shows beside a 64 KiB exchange. Anything it does not expect goes to ``__call__``."""
-        if self.vote is not None or self.lean is None or self.x_key[0] is not np.ndarray or self.numpy_in:
+        """The common replay, a numpy array in and out, unchecked, as one closure over what it
+        compares (``run``): each attribute read and call saved shows beside a 64 KiB exchange.
+        Anything it does not expect goes to ``__call__``."""
+        if self.vote is not None or self.x_key[0] is not np.ndarray or self.numpy_in:
             return None
         _, dtype, shape, strides, _ = self.x_key
-        kept, kind_checks, lean, stats, code, general = self.args, self.kind_checks, self.lean, self.stats, self.op_code, self.__call__
-        ndarray = np.ndarray
+        kept, kind_checks, program, state, stats, code = self.args, self.kind_checks, self.program, self.state, self.stats, self.op_code
+        general, ndarray, replay_stats, receives = self.__call__, np.ndarray, state.stats, self.program.receives_result
 
         def run(comm: Comm, args: tuple, x: Any) -> Any:
             if type(x) is not ndarray or x.dtype is not dtype or x.shape != shape or x.strides != strides:
@@ -200,12 +194,12 @@ class HotReplay:
             activity = comm.activity
             if activity is not None:
                 activity.enter_code(code)
-            out = lean(x)
+            if not receives:
+                replay_stats.received_at(0)
+            out = program(state, x, None, False)
             if activity is not None:
                 activity.leave()
-            if out is None:  # the engine freed what the step kept: the general form makes it again
-                return general(comm, args, x)
-            set_last_replay(stats, _weak_ref(out))
+            set_last_replay(stats, _weak_ref(out) if receives else replay_stats.received_into)
             return out
 
         return run
@@ -239,18 +233,11 @@ class HotReplay:
                 if activity is not None:
                     activity.leave()
                 return MISS
-        lean = self.lean
-        out = None if lean is None else lean(xt)
-        if out is not None:
-            received_into = _weak_ref(out)
-        else:
-            state = self.state
-            state.stats.received_into = 0
-            for run in self.runners:
-                xt = run(state, xt, prepared)
-                prepared = None
-            out, received_into = xt, state.stats.received_into
-        set_last_replay(self.stats, received_into)
+        state, program = self.state, self.program
+        if not program.receives_result:
+            state.stats.received_at(0)
+        out = program(state, xt, prepared, False)
+        set_last_replay(self.stats, _weak_ref(out) if program.receives_result else state.stats.received_into)
         if activity is not None:
             activity.leave()
         return out.numpy() if numpy_in and out is not None else out

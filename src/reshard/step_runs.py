@@ -187,10 +187,11 @@ class BoxRun:
     def __init__(self, step: ExchangeBoxes, form: Any = None) -> None:
         self.step = step
         self.form = form  # the engine's own collective for the whole exchange: (call, x, out)
-        # x -> a new result, for a hot replay (the engine's form, where it has one that needs no call)
-        self.lean = getattr(form, "lean", None) if step.moves and step.fill_op is None else None
         self.held, self.target = step.held, step.target
         self.out_shape = tuple(b - a for a, b in step.target)
+        if form is not None:  # the form's counters and the result, recorded by the executor
+            self.counts = (*form.counts, ("allocated_bytes", box_size(step.target) * form.itemsize))
+            self.receives_result = True
         self.by_src: dict[int, list[Box]] = {}
         for p, box in step.recvs:  # ascending by peer, as the plan lists them
             self.by_src.setdefault(p, []).append(box)
@@ -202,7 +203,10 @@ class BoxRun:
 
     def start(self, k: CallState, xt: Array) -> tuple[Array, Any]:
         """The result (op's identity where nothing lands) and a job that copies the kept boxes."""
-        out = alloc(k.arrays, k.stats, self.out_shape, like=xt)
+        if self.form is not None:  # counted by the executor (``counts``)
+            out = k.arrays.empty(self.out_shape, like=xt)
+        else:
+            out = alloc(k.arrays, k.stats, self.out_shape, like=xt)
         if self.step.fill_op is not None:
             out = k.arrays.full_like(out, k.arrays.identity(xt, self.step.fill_op))
         return out, (lambda: [k.arrays.copy(out[_slices(box, self.target)], xt[_slices(box, self.held)])

@@ -94,8 +94,8 @@ def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
     new_numpy = functools.partial(np.empty, result_shape, x.dtype) if call.arrays.name == "numpy" else None
 
     def through(xt: Any) -> Any | None:
-        """The exchange alone, for a replay whose stats are known already: the result, or None
-        where the engine freed its types since (``run`` then works them out again)."""
+        """The exchange into a new result, or None where the engine freed its types since
+        (``run`` then works them out again)."""
         if engine.types_epoch != epoch:
             return None
         out = new_numpy() if new_numpy is not None else empty(result_shape, xt)
@@ -103,20 +103,15 @@ def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
         return out
 
     # numpy in and out through Alltoall: the same in one frame
-    lean = through if uniform is None or new_numpy is None else engine.alltoall_fresh(*uniform, call.op, new_numpy, epoch)
+    exchange_new = through if uniform is None or new_numpy is None else engine.alltoall_fresh(*uniform, call.op, new_numpy, epoch)
 
     def run(k: CallState, xt: Any, prepared: Any = None) -> Any:
-        out = lean(xt)
-        if out is None:
-            return typed_form(k, xt, g)(k, xt)
-        stats = k.stats
-        stats.allocated_bytes += result_bytes
-        stats.bytes_sent += bytes_out
-        stats.bytes_received += bytes_in
-        stats.received_into_result(out)
-        return out
+        out = exchange_new(xt)
+        return typed_form(k, xt, g)(k, xt) if out is None else out
 
-    run.lean = lean  # type: ignore[attr-defined]
+    # what every run does, recorded by the executor: the result allocated, received into
+    run.counts = (("allocated_bytes", result_bytes), ("bytes_sent", bytes_out), ("bytes_received", bytes_in))  # type: ignore[attr-defined]
+    run.receives_result = True  # type: ignore[attr-defined]
     return run
 
 
@@ -285,30 +280,17 @@ def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
     exchange = engine.alltoallw_plan(recv_types, send_types, call.op)
     epoch = engine.types_epoch
 
+    packs = not call.arrays.is_contiguous(x)  # the datatypes address a C-order input
+
     def run(k: CallState, xt: Any, out: Any) -> None:
         if engine.types_epoch != epoch:  # the engine freed its types since: work them out again
             return boxes_form(k, xt, step)(k, xt, out)
-        if not k.arrays.is_contiguous(xt):  # the datatypes address a C-order input
-            xt = xt.contiguous() if hasattr(xt, "contiguous") else xt.copy()
-            k.stats.pack_copies += 1
+        if packs:
+            xt = xt.contiguous() if hasattr(xt, "contiguous") else np.ascontiguousarray(xt)
         exchange(out, xt)
-        k.stats.bytes_sent += bytes_out
-        k.stats.bytes_received += bytes_in
-        k.stats.received_into_result(out)
         return None
 
-    if step.fill_op is None and call.arrays.name == "numpy":
-        new_numpy = functools.partial(np.empty, tuple(target), x.dtype)  # bound once, as typed_form's
-        ndarray = np.ndarray
-
-        def through(xt: Any) -> Any | None:
-            """The exchange into a new result, for a replay whose stats are known already; None
-            where it cannot run as it is (the general path then does)."""
-            if engine.types_epoch != epoch or type(xt) is not ndarray or not xt.flags.c_contiguous:
-                return None
-            out = new_numpy()
-            exchange(out, xt)
-            return out
-
-        run.lean = through  # type: ignore[attr-defined]
+    # what every run does, recorded by the executor (``step_runs.BoxRun`` adds its result)
+    run.counts = (("pack_copies", int(packs)), ("bytes_sent", bytes_out), ("bytes_received", bytes_in))  # type: ignore[attr-defined]
+    run.itemsize = item  # type: ignore[attr-defined]
     return run
