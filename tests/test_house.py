@@ -188,6 +188,20 @@ def test_only_the_executor_moves_data(module):
             assert module in MAY_MOVE_DATA, f"{module}:{call.lineno} calls {name}: data moves only through execute"
 
 
+# The engine's forms (a step bound to the engine's own collective): made by the executor alone,
+# which every call runs through (test_one_route checks the frames at run time).
+ENGINE_FORMS = {"all_to_all_form", "boxes_form", "prepare_send", "typed_form", "pairwise_form"}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("engines")))
+def test_only_the_executor_makes_engine_forms(module):
+    tree = ast.parse(MODULES[module].read_text())
+    for call in _calls(tree):
+        name = _dotted(call)
+        if name.split(".")[-1] in ENGINE_FORMS and not name.startswith("execute."):  # the executor's own API
+            assert module == "execute", f"{module}:{call.lineno} calls {name}: engine forms are made by execute"
+
+
 def _function(module: str, name: str) -> ast.FunctionDef:
     tree = ast.parse(MODULES[module].read_text())
     return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)

@@ -94,3 +94,22 @@ def test_hosts_mesh_shape(hosts, shape):
 def test_hosts_that_make_no_mesh_are_refused(hosts, words):
     with pytest.raises(rs.InvalidArgument, match=re.escape(words)):
         hosts_mesh_shape(hosts)
+
+
+def _mesh_named_by(comm, names):
+    try:
+        rs.Mesh((comm.size,), names)
+    except rs.InvalidArgument as exc:
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.parametrize("names", ["comm", ["x", 1], 7, [None]])
+def test_mesh_names_that_are_not_strings_are_refused(names):
+    def job(comm, names):
+        return _mesh_named_by(comm, comm if names == "comm" else names), rs.Mesh((1,), "x").names
+
+    said, one_name = rs.spawn(job, 1, args=(names,))[0]
+    assert said.startswith("a mesh's names are one string per mesh dim"), said
+    assert ("pass the communicator as comm=" in said) == (names == "comm"), said
+    assert one_name == ("x",)  # a string alone names a 1-D mesh's dim

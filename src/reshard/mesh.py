@@ -37,7 +37,7 @@ class Mesh:
         if size != self.comm.size:
             raise InvalidArgument(f"a mesh of shape {list(self.shape)} has {size} ranks, but the communicator has {self.comm.size}")
         self.size = size
-        self.names = tuple(names) if names is not None else tuple(f"dim{i}" for i in range(len(self.shape)))
+        self.names = _names(names, len(self.shape))
         if len(self.names) != len(self.shape) or len(set(self.names)) != len(self.names):
             raise InvalidArgument(f"names {list(self.names)} must name each of the {len(self.shape)} mesh dims once")
         self.coord = unravel(self.comm.rank, self.shape)
@@ -111,3 +111,19 @@ class Mesh:
     def __repr__(self) -> str:
         return f"Mesh(shape={self.shape}, names={self.names}, coord={self.coord})"
 
+
+def _names(names: Any, ndim: int) -> tuple[str, ...]:
+    """The mesh dims' names (``dim0``, ``dim1``... where none are given; a string alone names
+    a 1-D mesh's dim), checked to be strings."""
+    if names is None:
+        return tuple(f"dim{i}" for i in range(ndim))
+    if isinstance(names, str):  # one name: a 1-D mesh's (as JAX's Mesh reads it)
+        names = (names,)
+    try:
+        named = tuple(names)
+    except TypeError:
+        named = None
+    if named is None or not all(isinstance(v, str) for v in named):
+        hint = " (pass the communicator as comm=)" if isinstance(names, Comm) else ""
+        raise InvalidArgument(f"a mesh's names are one string per mesh dim, got {names!r}{hint}")
+    return named

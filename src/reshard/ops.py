@@ -83,7 +83,7 @@ def all_to_all(
         call.record.args = (args.split_dim, args.concat_dim, validate.ALGORITHMS.index(args.algorithm))
         call.record.split_sizes = args.split_sizes
         own = args.split_sizes or tuple(shard_sizes(call.x.shape[args.split_dim], call.size))
-        if args.algorithm != "hierarchical":  # the flat exchange's pack, if it is the one that runs
+        if args.algorithm == "flat":  # the flat exchange's pack ("auto" across hosts may choose two levels)
             prepare = execute.prepare_send(call, call.x, args.split_dim, own)
     shapes = call.agree(free_dims=(args.concat_dim,) if args else (), prepare=prepare)
     algorithm = args.algorithm
