@@ -126,3 +126,24 @@ def test_import_pulls_no_engine():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=3), st.lists(st.integers(1, 3), min_size=1, max_size=3),
+       st.data())
+def test_the_global_shape_is_found_from_the_pieces_and_a_wrong_piece_is_named(shape, mesh_shape, data):
+    ndim = len(shape)
+    placements = [data.draw(st.one_of(st.just(rs.Replicate()), st.integers(0, ndim - 1).map(rs.Shard)))
+                  for _ in mesh_shape]
+    coords = [np.unravel_index(r, mesh_shape) for r in range(int(np.prod(mesh_shape)))]
+    pieces = [[b - a for a, b in rs.layout.mesh_region(shape, placements, c, mesh_shape)] for c in coords]
+    assert rs.layout.global_shape_of(pieces, placements, mesh_shape) == (tuple(shape), None)
+    wrong = data.draw(st.integers(0, len(pieces) - 1))
+    d = data.draw(st.integers(0, ndim - 1))
+    pieces[wrong][d] += 1  # one rank holds a row too many along d
+    found, bad = rs.layout.global_shape_of(pieces, placements, mesh_shape)
+    if bad is None:  # accepted only where the pieces are exactly those of the shape found
+        assert pieces == [[b - a for a, b in rs.layout.mesh_region(found, placements, c, mesh_shape)] for c in coords]
+    else:  # the rank named holds what the shape found does not give it
+        want = [b - a for a, b in rs.layout.mesh_region(found, placements, coords[bad], mesh_shape)]
+        assert pieces[bad] != want, (found, bad)

@@ -27,6 +27,7 @@ from .layout import (
     Replicate,
     Shard,
     check_int,
+    global_shape_of,
     mesh_region,
     normalize_dim,
     parse_placements,
@@ -314,22 +315,13 @@ def _global_shape(ops: Any, comm: Any, mesh: Mesh, a: Any, layout: Sequence[Plac
             groups = agreement.describe_disagreement(name, column, lambda d, v=value, m=mine: repr(v) if d == m else "another value")
             raise MismatchError(f"rank {comm.rank}: {fields['transform']}: {groups} (each rank's arguments "
                                 "to the FFT must be the same)")
-    pieces = every[:, 1 + len(AGREED) :]
-    shape = []
-    for d in range(len(shape_in)):
-        total = 0
-        for r in range(mesh.size):  # the ranks at coordinate 0 on every mesh dim that does not split d
-            coord = unravel(r, mesh.shape)
-            if all(coord[m] == 0 for m, p in enumerate(layout) if not (isinstance(p, Shard) and p.dim == d)):
-                total += int(pieces[r, d])
-        shape.append(total)
-    for r in range(mesh.size):
-        want = tuple(b - a for a, b in mesh_region(shape, layout, unravel(r, mesh.shape), mesh.shape))
-        held = [int(v) for v in pieces[r, : len(shape)]]
-        if want != tuple(held):
-            raise InvalidArgument(f"rank {r} holds a piece of shape {held}, but {list(layout)} of "
-                                  f"the global shape {shape} gives it {list(want)} (shards follow the balanced rule)")
-    return tuple(shape)
+    pieces = every[:, 1 + len(AGREED) : 1 + len(AGREED) + len(shape_in)].tolist()
+    shape, bad = global_shape_of(pieces, layout, mesh.shape)
+    if bad is not None:
+        want = tuple(b - a for a, b in mesh_region(shape, layout, unravel(bad, mesh.shape), mesh.shape))
+        raise InvalidArgument(f"rank {bad} holds a piece of shape {pieces[bad]}, but {list(layout)} of "
+                              f"the global shape {list(shape)} gives it {list(want)} (shards follow the balanced rule)")
+    return shape
 
 
 def fftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst: Any = None,

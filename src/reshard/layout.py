@@ -285,6 +285,27 @@ def mesh_region(global_shape: Sequence[int], placements: Sequence[Placement], co
     return tuple(region)
 
 
+def global_shape_of(shapes: Sequence[Sequence[int]], placements: Sequence[Placement], mesh_shape: Sequence[int],
+                    rule: str = "balanced") -> tuple[tuple[int, ...], int | None]:
+    """The global shape whose pieces under ``placements`` are every rank's ``shapes[r]`` (rank
+    order on a row-major mesh), and the first rank whose piece does not follow ``rule`` (None
+    where every rank's does). Along a sharded dim the length is the sum over the ranks at
+    coordinate 0 of every mesh dim that does not split it."""
+    ndim = len(shapes[0])
+    coords = [unravel(r, mesh_shape) for r in range(len(shapes))]
+    gshape = [int(v) for v in shapes[0]]
+    for d in range(ndim):
+        dims = [m for m, p in enumerate(placements) if isinstance(p, Shard) and normalize_dim(p.dim, ndim, "Shard.dim") == d]
+        if dims:
+            gshape[d] = sum(int(shape[d]) for shape, coord in zip(shapes, coords)
+                            if all(coord[m] == 0 for m in range(len(mesh_shape)) if m not in dims))
+    for r, (shape, coord) in enumerate(zip(shapes, coords)):
+        want = tuple(b - a for a, b in mesh_region(gshape, placements, coord, mesh_shape, rule))
+        if tuple(int(v) for v in shape) != want:
+            return tuple(gshape), r
+    return tuple(gshape), None
+
+
 def local_shard(full: Any, placement: Any, rank: Any, size: Any) -> Any:
     """What a rank holds of ``full`` (numpy array or torch tensor) under ``placement``.
 

@@ -15,7 +15,7 @@ from .call import Call, begin, refuse, wants_grad
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .hot_replay import MISS, replay_hot
-from .layout import Partial, Shard, mesh_region, parse_placements, shard_sizes, unravel
+from .layout import Partial, Shard, global_shape_of, mesh_region, parse_placements, shard_sizes, unravel
 from .mesh import Mesh
 
 Array = Any
@@ -96,33 +96,20 @@ def _wants(gshape: tuple, src: tuple, mesh_shape: tuple) -> list[tuple[int, ...]
 
 def _global_shape(shapes: list, src: tuple, mesh_shape: tuple, rule: str, world: bool) -> tuple[int, ...]:
     """The global shape from every rank's local shape, checked against the split rule."""
-    ndim = len(shapes[0])
-    gshape = list(shapes[0])
-    for d in range(ndim):
-        dims = [m for m, p in enumerate(src) if isinstance(p, Shard) and p.dim == d]
-        if not dims:
-            continue
-        total = 0
-        for r, shape in enumerate(shapes):  # the ranks at coordinate 0 on every other mesh dim
-            coord = unravel(r, mesh_shape)
-            if all(coord[m] == 0 for m in range(len(mesh_shape)) if m not in dims):
-                total += shape[d]
-        gshape[d] = total
-    gshape = tuple(gshape)
-    for r, shape in enumerate(shapes):
-        want = tuple(b - a for a, b in mesh_region(gshape, src, unravel(r, mesh_shape), mesh_shape, rule))
-        if tuple(shape) != want:
-            if world:
-                dim = src[0].dim
-                lengths = [sh[dim] for sh in shapes]
-                raise MismatchError(
-                    f"redistribute: Shard({dim}) means the balanced split {[w[dim] for w in _wants(gshape, src, mesh_shape)]} "
-                    f"of length {gshape[dim]}, but the ranks hold {lengths} along dim {dim}; use all_to_all with "
-                    f"split_sizes for other splits")
+    gshape, bad = global_shape_of(shapes, src, mesh_shape, rule)
+    if bad is not None:
+        if world:
+            dim = src[0].dim
+            lengths = [sh[dim] for sh in shapes]
             raise MismatchError(
-                f"redistribute: {list(src)} on mesh {list(mesh_shape)} of the global shape {list(gshape)} gives the "
-                f"rank {r} the shape {list(want)}, but it holds {list(shape)}: shards must follow the {rule} rule"
-            )
+                f"redistribute: Shard({dim}) means the balanced split {[w[dim] for w in _wants(gshape, src, mesh_shape)]} "
+                f"of length {gshape[dim]}, but the ranks hold {lengths} along dim {dim}; use all_to_all with "
+                f"split_sizes for other splits")
+        want = tuple(b - a for a, b in mesh_region(gshape, src, unravel(bad, mesh_shape), mesh_shape, rule))
+        raise MismatchError(
+            f"redistribute: {list(src)} on mesh {list(mesh_shape)} of the global shape {list(gshape)} gives the "
+            f"rank {bad} the shape {list(want)}, but it holds {list(shapes[bad])}: shards must follow the {rule} rule"
+        )
     return gshape
 
 
