@@ -145,3 +145,17 @@ def test_each_rank_runs_the_steps_its_own_plan_gives(where, engine):
     for rank, per_pair in enumerate(results):
         for src, dst, ran, planned in per_pair:
             assert ran == planned, f"rank {rank}: {src} -> {dst}: ran {ran}, but its plan says {planned}"
+
+
+def test_a_rank_with_an_empty_piece_still_counts_what_it_receives():
+    # (4, 7, 2) split along dim 2 over 3 ranks: rank 2 holds nothing, yet receives 4 x 7 from
+    # each of ranks 0 and 1 when the tensor is gathered or reduced (its own length cannot say
+    # how many elements a unit of the dim holds)
+    from reshard import planner
+    from reshard.layout import Partial, Replicate, Shard
+
+    gather = planner.redistribute((4, 7, 2), (Shard(2),), (Replicate(),), (3,), 2)
+    assert planner.rank_traffic(gather, (4, 7, 0)) == [("all_gather", {}, {0: 28, 1: 28})]
+    scatter = planner.redistribute((4, 7, 2), (Partial(),), (Shard(2),), (3,), 2)
+    [(name, sent, received)] = planner.rank_traffic(scatter, (4, 7, 2))
+    assert name == "reduce_scatter" and sent == {0: 28, 1: 28} and received == {}

@@ -46,9 +46,14 @@ class PlanRun:
         self.plan = plan
         self.record = record
         self.runners = [(step.collective, _runner(call, x, step, sub)) for step in plan.steps]
-        # What a step's form states it does on every run (its counters, that it receives into its
-        # result), recorded here rather than by the form, so that every run is the same code
-        self.declared = [(getattr(run, "counts", ()), getattr(run, "receives_result", False)) for _, run in self.runners]
+        # What every run of a step does, recorded here rather than by its form: the bytes it
+        # sends and receives (from the plan: an OnMeshDim step's inner plan counts its own),
+        # the form's own counters, and whether it receives into its result
+        item = call.arrays.itemsize(x)
+        moved = [(0, 0) if isinstance(step, OnMeshDim) else (sum(sent.values()) * item, sum(received.values()) * item)
+                 for step, (_, sent, received) in zip(plan.steps, planner.rank_traffic(plan, tuple(x.shape), mesh_shape))]
+        self.declared = [((("bytes_sent", out), ("bytes_received", into), *getattr(run, "counts", ())),
+                          getattr(run, "receives_result", False)) for (_, run), (out, into) in zip(self.runners, moved)]
         self.bare = tuple(run for _, run in self.runners)
         # the result is what the last step received into (a hot replay notes it without a Call)
         self.receives_result = bool(self.declared) and self.declared[-1][1]

@@ -79,7 +79,7 @@ def exchange_packed(
 ) -> Array:
     """Send segment j of the packed ``send`` to rank j in one engine call; concatenate what
     arrives along ``concat_dim`` in rank order."""
-    arrays, rank, stats = call.arrays, call.rank, call.stats
+    arrays, stats = call.arrays, call.stats
     direct = numel(out_shape[:concat_dim]) == 1
     if direct:  # received pieces, stacked in rank order, already are the result
         out = alloc(arrays, stats, out_shape, like=like)
@@ -89,8 +89,6 @@ def exchange_packed(
     item = arrays.itemsize(like)
     send_counts = [numel(s) * item for s in send_shapes]
     recv_counts = [numel(s) * item for s in recv_shapes]
-    stats.bytes_sent += sum(send_counts) - send_counts[rank]
-    stats.bytes_received += sum(recv_counts) - recv_counts[rank]
     stats.received_at(data_ptr(recv))
     call.adapter.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), recv_counts, send_counts, call.op)
     if direct:

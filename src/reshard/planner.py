@@ -311,7 +311,7 @@ def _one(step: Step, rank: int, n: int, shape: Shape) -> tuple[dict[int, int], d
     if isinstance(step, (AllGather, Gather)):
         dim = 0 if step.dim is None else step.dim
         flat = (_numel(shape),) if step.dim is None else shape
-        rest = _numel(flat) // flat[dim] if flat[dim] else 0
+        rest = _numel(with_dim(flat, dim, 1))  # elements per unit of length (known where this rank's piece is empty)
         pieces = [k * rest for k in step.lengths]
         if isinstance(step, Gather):
             to = {step.root: pieces[rank]} if step.root != rank and pieces[rank] else {}
@@ -321,7 +321,7 @@ def _one(step: Step, rank: int, n: int, shape: Shape) -> tuple[dict[int, int], d
     if isinstance(step, ReduceScatter):
         flat = (_numel(shape),) if step.dim is None else shape
         dim = 0 if step.dim is None else step.dim
-        rest = _numel(flat) // flat[dim] if flat[dim] else 0
+        rest = _numel(with_dim(flat, dim, 1))
         sizes = shard_sizes(flat[dim], n)
         return others([k * rest for k in sizes]), others([sizes[rank] * rest] * n), with_dim(flat, dim, sizes[rank])
     if isinstance(step, ExchangeBoxes):

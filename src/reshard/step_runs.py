@@ -46,9 +46,6 @@ def gather_core(call: CallState, x: Array, dim: int, lengths: Sequence[int], dst
         out = alloc(arrays, stats, out_shape, like=x)
         recv = out.reshape(-1) if direct else alloc(arrays, stats, [numel(out_shape)], like=x)
         stats.received_at(data_ptr(recv))
-        nbytes = numel(x.shape) * arrays.itemsize(x)
-        stats.bytes_sent += nbytes * (n - 1)
-        stats.bytes_received += nbytes * (n - 1)
         call.adapter.allgather(arrays.bytes_of(recv), arrays.bytes_of(flat), call.op)
         if not direct:
             for view, start in zip(segments(recv, recv_shapes), offsets(lengths)):
@@ -61,9 +58,6 @@ def gather_core(call: CallState, x: Array, dim: int, lengths: Sequence[int], dst
         padded = alloc(arrays, stats, [longest], like=x)
         padded[: flat.shape[0]] = flat
         recv = alloc(arrays, stats, [longest * n], like=x)
-        item = arrays.itemsize(x)
-        stats.bytes_sent += numel(x.shape) * item * (n - 1)
-        stats.bytes_received += sum(numel(s) for i, s in enumerate(recv_shapes) if i != rank) * item
         call.adapter.allgather(arrays.bytes_of(recv), arrays.bytes_of(padded), call.op)
         out = alloc(arrays, stats, out_shape, like=x)
         for i, (shape, start) in enumerate(zip(recv_shapes, offsets(lengths))):
@@ -129,7 +123,7 @@ def exchange_rows(call: CallState, x: Array, segments_: Sequence[tuple[Sequence[
     """Rows of ``x`` along dim 0 out and in by each segment's counts (``steps.AllToAllV``), one
     engine call per segment, each writing straight into its block of the result."""
     xt = contiguous(call, x)
-    arrays, rank, stats = call.arrays, call.rank, call.stats
+    arrays, stats = call.arrays, call.stats
     if getattr(call.adapter, "pairwise", False):
         return _rows_pairwise(call, xt, segments_)
     if len(segments_) == 1:
@@ -145,8 +139,6 @@ def exchange_rows(call: CallState, x: Array, segments_: Sequence[tuple[Sequence[
         send_, recv_ = xt[sent : sent + s_rows], out[received : received + r_rows]
         call.adapter.alltoallv(arrays.bytes_of(recv_.reshape(-1)), arrays.bytes_of(send_.reshape(-1)),
                                  [c * row_bytes for c in recvs], [c * row_bytes for c in sends], call.op)
-        stats.bytes_sent += (s_rows - sends[rank]) * row_bytes
-        stats.bytes_received += (r_rows - recvs[rank]) * row_bytes
         sent, received = sent + s_rows, received + r_rows
     return out
 
@@ -157,7 +149,6 @@ def _rows_pairwise(call: CallState, xt: Array, segments_: Sequence[tuple[Sequenc
     message; the own rows are copied once the others have arrived."""
     arrays, rank, stats = call.arrays, call.rank, call.stats
     trail = list(xt.shape[1:])
-    row_bytes = numel(trail) * arrays.itemsize(xt)
     out = alloc(arrays, stats, [sum(sum(r) for _, r in segments_), *trail], like=xt)
     stats.received_into_result(out)
     sent = received = 0
@@ -169,8 +160,6 @@ def _rows_pairwise(call: CallState, xt: Array, segments_: Sequence[tuple[Sequenc
             call.adapter.exchange_pairs(recv_views, send_views, call.op, stats)
         if sends[rank]:
             arrays.copy(out[recv_at[rank] : recv_at[rank] + recvs[rank]], xt[send_at[rank] : send_at[rank] + sends[rank]])
-        stats.bytes_sent += (sum(sends) - sends[rank]) * row_bytes
-        stats.bytes_received += (sum(recvs) - recvs[rank]) * row_bytes
         sent, received = sent + sum(sends), received + sum(recvs)
     return out
 
@@ -287,8 +276,5 @@ class BoxRun:
                 at += n
         if unpack:
             stats.unpack_copies += 1
-        item = arrays.itemsize(xt)
-        stats.bytes_sent += sum(self.send_counts.values()) * item
-        stats.bytes_received += sum(self.recv_counts.values()) * item
 
 

@@ -24,7 +24,6 @@ def pairwise_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
     """``run(call, x, prepared=None)`` for ``g``, as one point-to-point message per peer."""
     n, rank, arrays = call.size, call.rank, call.arrays
     s, c, send_sizes, recv_shapes, out_shape = g.split_dim, g.concat_dim, g.send_sizes, g.recv_shapes, g.out_shape
-    item = arrays.itemsize(x)
     send_shapes = [with_dim(x.shape, s, k) for k in send_sizes]
     send_counts = [numel(shape) for shape in send_shapes]
     send_starts = offsets(send_sizes)
@@ -74,8 +73,6 @@ def pairwise_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
         if not direct:
             unpack_others(k, out, landing, recv_shapes, c)
         stats.received_at(data_ptr(landing))
-        stats.bytes_sent += remote_out * item
-        stats.bytes_received += remote_in * item
         return out
 
     return run

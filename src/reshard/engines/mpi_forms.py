@@ -57,7 +57,7 @@ def typed_fits(call: CallState, x: Any, g: AllToAll) -> bool:
 
 def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
     """The datatype exchange with its types and counts worked out once."""
-    engine, rank, item = call.adapter, call.rank, call.arrays.itemsize(x)
+    engine, item = call.adapter, call.arrays.itemsize(x)
     s, c, send_sizes, recv_shapes, out_shape = g.split_dim, g.concat_dim, g.send_sizes, g.recv_shapes, g.out_shape
     send_full, recv_full = collapsed(x.shape, s), collapsed(out_shape, c)
     send_types = [
@@ -69,9 +69,6 @@ def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
         engine.subarray(recv_full, with_dim(recv_full, 1, length), [0, start, 0], item)
         for length, start in zip(lengths, offsets(lengths))
     ]
-    send_bytes = [numel(with_dim(x.shape, s, size)) * item for size in send_sizes]
-    recv_bytes = [numel(r) * item for r in recv_shapes]
-    bytes_out, bytes_in = sum(send_bytes) - send_bytes[rank], sum(recv_bytes) - recv_bytes[rank]
     exchange = uniform = None
     if (s != c and len(set(send_sizes)) == 1 and len(set(lengths)) == 1 and send_sizes[0] and lengths[0]
             and numel(x.shape) * item <= UNIFORM_MAX_BYTES):
@@ -110,7 +107,7 @@ def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
         return typed_form(k, xt, g)(k, xt) if out is None else out
 
     # what every run does, recorded by the executor: the result allocated, received into
-    run.counts = (("allocated_bytes", result_bytes), ("bytes_sent", bytes_out), ("bytes_received", bytes_in))  # type: ignore[attr-defined]
+    run.counts = (("allocated_bytes", result_bytes),)  # type: ignore[attr-defined]
     run.receives_result = True  # type: ignore[attr-defined]
     return run
 
@@ -229,8 +226,6 @@ def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
     else:
         temp = alloc(arrays, stats, [(sum(recv_bytes) - recv_bytes[rank]) // item], like=x)
         stats.received_at(data_ptr(temp))
-    stats.bytes_sent += sum(send_bytes) - send_bytes[rank]
-    stats.bytes_received += sum(recv_bytes) - recv_bytes[rank]
     if n > 1:  # [lower | higher] pieces in one run on each side; own count 0
         own_out = [v if j != rank else 0 for j, v in enumerate(send_bytes)]
         own_in = [v if i != rank else 0 for i, v in enumerate(recv_bytes)]
@@ -265,15 +260,14 @@ def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
     def rel(box: Any, origin: Any) -> tuple:
         return tuple((a - o, b - o) for (a, b), (o, _) in zip(box, origin))
 
-    def per_peer(pairs: Any, origin: Any, shape: list[int]) -> tuple[list[Any], int]:
+    def per_peer(pairs: Any, origin: Any, shape: list[int]) -> list[Any]:
         boxes: dict[int, list] = {}
         for p, box in pairs:
             boxes.setdefault(p, []).append(rel(box, origin))
-        types = [engine.boxes_type(shape, boxes[p], item) if p in boxes else None for p in range(call.size)]
-        return types, sum(numel([b - a for a, b in box]) for _, box in pairs) * item
+        return [engine.boxes_type(shape, boxes[p], item) if p in boxes else None for p in range(call.size)]
 
-    send_types, bytes_out = per_peer(step.sends, step.held, held)
-    recv_types, bytes_in = per_peer(step.recvs, step.target, target)
+    send_types = per_peer(step.sends, step.held, held)
+    recv_types = per_peer(step.recvs, step.target, target)
     if step.kept:  # this rank's own part: a message to itself in the same call (one pass, as a copy)
         send_types[call.rank] = engine.boxes_type(held, [rel(b, step.held) for b in step.kept], item)
         recv_types[call.rank] = engine.boxes_type(target, [rel(b, step.target) for b in step.kept], item)
@@ -291,6 +285,6 @@ def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
         return None
 
     # what every run does, recorded by the executor (``step_runs.BoxRun`` adds its result)
-    run.counts = (("pack_copies", int(packs)), ("bytes_sent", bytes_out), ("bytes_received", bytes_in))  # type: ignore[attr-defined]
+    run.counts = (("pack_copies", int(packs)),)  # type: ignore[attr-defined]
     run.itemsize = item  # type: ignore[attr-defined]
     return run
