@@ -56,10 +56,11 @@ def test_engines_as_torch_itself_sees_them():
 
 def test_doctor_prints_no_trailing_blanks_or_control_characters():
     # Open MPI's version string ends in a NUL; lines padded to the width read badly when pasted
-    run = doctor("--no-color", env={"COLUMNS": "100"})
+    run = doctor("--no-color", "--ranks", "2", env={"COLUMNS": "100"})
     assert run.returncode == 0, run.stdout + run.stderr
     for line in run.stdout.splitlines():
         assert line == line.rstrip() and line.isprintable(), repr(line)
+    assert "1 pair of ranks shares memory" in run.stdout and "1 pairs" not in run.stdout, run.stdout
 
 
 def test_doctor_does_not_import_torch():

@@ -50,8 +50,9 @@ class PlanRun:
         # sends and receives (from the plan: an OnMeshDim step's inner plan counts its own),
         # the form's own counters, and whether it receives into its result
         item = call.arrays.itemsize(x)
+        traffic = planner.rank_traffic(plan, tuple(x.shape), mesh_shape)
         moved = [(0, 0) if isinstance(step, OnMeshDim) else (sum(sent.values()) * item, sum(received.values()) * item)
-                 for step, (_, sent, received) in zip(plan.steps, planner.rank_traffic(plan, tuple(x.shape), mesh_shape))]
+                 for step, (_, sent, received) in zip(plan.steps, traffic)]
         self.declared = [((("bytes_sent", out), ("bytes_received", into), *getattr(run, "counts", ())),
                           getattr(run, "receives_result", False)) for (_, run), (out, into) in zip(self.runners, moved)]
         self.bare = tuple(run for _, run in self.runners)
@@ -60,13 +61,13 @@ class PlanRun:
         self.cross_host = (0, 0)  # (bytes, messages) to other hosts, from the plan: the same every run
         hosts = getattr(getattr(call, "comm", None), "hosts", None)
         if record and hosts is not None and len(set(hosts)) > 1 and len(hosts) == plan.size:
-            elements, messages = planner.cross_host_traffic(plan, tuple(x.shape), hosts, mesh_shape)
-            self.cross_host = (elements * call.arrays.itemsize(x), messages)
+            elements, messages = planner.cross_host_traffic(traffic, plan.rank, hosts)
+            self.cross_host = (elements * item, messages)
 
     def __call__(self, k: CallState, xt: Array, prepared: Any = None, record: bool = True) -> Array:
         """The result of the plan's steps on ``xt``. ``record=False``: a hot replay, whose stats
-        are those of the replay that made it (the plan decides them): no step is recorded."""
-        if not record:  # a hot replay: its stats are those of the replay that made it
+        are those of the replay that made it (the plan decides them): nothing is recorded."""
+        if not record:
             for runner in self.bare:
                 xt = runner(k, xt, prepared)
                 prepared = None

@@ -140,8 +140,9 @@ def _owned(value: Any) -> Any:
 
 class HotReplay:
     """An unchecked replay reduced to what runs it: the arguments (by value and kind) and the
-    input it was made for, the plan's step runners, a state they write their counters into,
-    and the stats that every such replay ends with (the same each time: the plan decides them)."""
+    input it was made for, the executor's program of the plan (run with nothing recorded), a
+    state for its steps, and the stats that every such replay ends with (the same each time:
+    the plan decides them)."""
 
     __slots__ = ("op_code", "args", "kind_checks", "x_key", "program", "state", "stats", "numpy_in",
                  "ballot", "vote", "vote_what", "prepare", "run")

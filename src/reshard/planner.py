@@ -341,12 +341,13 @@ def _one(step: Step, rank: int, n: int, shape: Shape) -> tuple[dict[int, int], d
     raise TypeError(f"not a step: {step!r}")
 
 
-def cross_host_traffic(plan: RankPlan, in_shape: Sequence[int], hosts: Sequence[int],
-                       mesh_shape: Sequence[int] | None = None) -> tuple[int, int]:
-    """(elements, messages) rank ``plan.rank`` sends to ranks on other hosts over the whole plan
-    (``hosts[q]``: rank q's host): a message is one step's part for one peer."""
-    mine, elements, messages = hosts[plan.rank], 0, 0
-    for _, sent, _ in rank_traffic(plan, in_shape, mesh_shape):
+def cross_host_traffic(traffic: Sequence[tuple[str, dict[int, int], dict[int, int]]], rank: int,
+                       hosts: Sequence[int]) -> tuple[int, int]:
+    """(elements, messages) ``rank`` sends to ranks on other hosts over a plan whose
+    ``rank_traffic`` is ``traffic`` (``hosts[q]``: rank q's host): a message is one step's part
+    for one peer."""
+    mine, elements, messages = hosts[rank], 0, 0
+    for _, sent, _ in traffic:
         for peer, count in sent.items():
             if hosts[peer] != mine:
                 elements += count
