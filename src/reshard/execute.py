@@ -21,7 +21,6 @@ from .steps import (
     AllToAllV,
     ExchangeBoxes,
     Gather,
-    Keep,
     OnMeshDim,
     RankPlan,
     ReduceScatter,
@@ -32,8 +31,7 @@ from .steps import (
 Array = Any  # torch.Tensor or numpy.ndarray
 Runner = Callable[..., Array]  # (call, x, prepared=None) -> the step's output
 SubComm = Callable[[int], Any]  # mesh dim -> the communicator along it
-
-_COUNTERS = ("bytes_sent", "bytes_received", "allocated_bytes", "pack_copies", "unpack_copies")
+_FORMED = (AllToAll, ExchangeBoxes, OnMeshDim)  # steps whose engine form is made from their input
 
 
 class PlanRun:
@@ -45,12 +43,17 @@ class PlanRun:
                  mesh_shape: Any = None):
         self.plan = plan
         self.record = record
-        self.runners = [(step.collective, _runner(call, x, step, sub)) for step in plan.steps]
+        walked = planner.walk(plan, tuple(x.shape), mesh_shape)
+        # each step's form made for its own input: the call's x first, then what the step
+        # before made (a new C-order array of the shape the plan gives)
+        self.runners = [(step.collective, _runner(call, x if i == 0 or not isinstance(step, _FORMED)
+                                                  else call.arrays.empty(shape, like=x), step, sub))
+                        for i, (step, shape, _, _) in enumerate(walked)]
         # What every run of a step does, recorded here rather than by its form: the bytes it
         # sends and receives (from the plan: an OnMeshDim step's inner plan counts its own),
         # the form's own counters, and whether it receives into its result
         item = call.arrays.itemsize(x)
-        traffic = planner.rank_traffic(plan, tuple(x.shape), mesh_shape)
+        traffic = [(step.collective, sent, received) for step, _, sent, received in walked]
         moved = [(0, 0) if isinstance(step, OnMeshDim) else (sum(sent.values()) * item, sum(received.values()) * item)
                  for step, (_, sent, received) in zip(plan.steps, traffic)]
         self.declared = [((("bytes_sent", out), ("bytes_received", into), *getattr(run, "counts", ())),
@@ -114,34 +117,37 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
         if step.dim is None:
             return lambda k, xt, prepared=None: step_runs.reduce_scatter_core(k, xt.reshape(-1), 0, step.op)
         return lambda k, xt, prepared=None: step_runs.reduce_scatter_core(k, xt, step.dim, step.op)
-    if isinstance(step, Keep):
-        return lambda k, xt, prepared=None: step_runs.keep(k, xt, step)
     if isinstance(step, Reorder):
         return lambda k, xt, prepared=None: step_runs.reorder(k, xt, step)
     if isinstance(step, ExchangeBoxes):  # on the engine's own collective where it has one for boxes
         form = getattr(call.adapter, "boxes_form", None)
         return step_runs.BoxRun(step, form(call, x, step) if form is not None and step.moves else None)
     if isinstance(step, OnMeshDim):
-        return _on_mesh_dim(call, step, sub)
+        return _on_mesh_dim(call, x, step, sub)
     raise TypeError(f"not a step: {step!r}")
 
 
-def _on_mesh_dim(call: CallState, step: OnMeshDim, sub: SubComm | None) -> Runner:
-    """The step's own steps on the mesh dim's communicator, counted in the caller's stats."""
+class _OnComm:
+    """The state a step's forms read (``CallState``), on a mesh dim's communicator: the
+    calling rank's op and arrays, its stats while it runs (``stats`` is set by each run)."""
+
+    def __init__(self, call: CallState, comm: Any, op: str):
+        self.op, self.adapter = op, comm.adapter
+        self.rank, self.size = comm.rank, comm.size
+        self.arrays, self.stats = call.arrays, call.stats
+
+
+def _on_mesh_dim(call: CallState, x: Array, step: OnMeshDim, sub: SubComm | None) -> Runner:
+    """The step's own steps on the mesh dim's communicator, compiled here with the rest of the
+    program and counted in the calling run's stats."""
     if sub is None:
         raise TypeError(f"{step!r} needs the mesh's communicators")
-    comm = sub(step.mesh_dim)
-    inner: list[PlanRun] = []
+    on = _OnComm(call, sub(step.mesh_dim), f"{call.op} ({step.name} on mesh dim {step.mesh_dim})")
+    inner = PlanRun(on, x, RankPlan(on.op, on.rank, on.size, step.steps), record=False)
 
     def run(k: CallState, xt: Array, prepared: Any = None) -> Array:
-        kk = Call(f"{k.op} ({step.name} on mesh dim {step.mesh_dim})", xt, comm, False)
-        kk.take_input()
-        if not inner:  # worked out on the first run (no engine form here depends on the input)
-            inner.append(PlanRun(kk, kk.x, RankPlan(kk.op, kk.rank, kk.size, step.steps), record=False))
-        out = inner[0](kk, kk.x)
-        for name in _COUNTERS:
-            setattr(k.stats, name, getattr(k.stats, name) + getattr(kk.stats, name))
-        return out
+        on.stats, on.arrays = k.stats, k.arrays
+        return inner(on, xt)
 
     return run
 

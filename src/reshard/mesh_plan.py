@@ -282,6 +282,31 @@ class MeshPlan(_Transfers):
             return mine.sends(), mine.recvs()
         return self.sends(rank), self.recvs(rank)
 
+    @functools.cached_property
+    def collective(self) -> tuple[int, str] | None:
+        """``(m, name)`` where the exchange is one collective on mesh dim ``m``'s communicator:
+        only mesh dim ``m`` changes, from Shard(a) to Shard(b) (``all_to_all``) or to Replicate
+        (``all_gather``), and no other mesh dim splits a or b, so the pieces are the rule's
+        split of the whole length. It moves the same elements as the boxes (each one a rank
+        needs and lacks, once), on the engine's own collective. None where it is not one."""
+        src, dst = self.exchange.src, self.exchange.dst
+        changed = [m for m in range(len(src)) if src[m] != dst[m]]
+        if self.fill_op is not None or len(changed) != 1:
+            return None
+        m = changed[0]
+        a, b = src[m], dst[m]
+
+        def alone(d: int) -> bool:
+            return not any(isinstance(p, Shard) and p.dim == d for j, p in enumerate(src) if j != m)
+
+        if not isinstance(a, Shard) or not alone(a.dim):
+            return None
+        if isinstance(b, Shard) and alone(b.dim):
+            return m, "all_to_all"
+        if isinstance(b, Replicate):
+            return m, "all_gather"
+        return None
+
     def local_work(self) -> bool:
         """Whether a rank's result is more than its input as it stands after the reductions
         (a Partial destination's fill, or a layout that keeps only part of what a rank holds)."""
@@ -347,7 +372,12 @@ def plan_summary(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
     else:
         sent, received = exchange_totals(plan.shape, plan.mid, plan.exchange.dst, plan.mesh_shape)
         bound = sum(plan.exchange.lower_bound(r) for r in range(size)) if size <= ENUMERATE_MAX_RANKS else sum(received)
-    if any(sent):
+    if plan.collective is not None:  # one collective on one mesh dim (the planner's choice too)
+        m, name = plan.collective
+        steps.append({"collective": name, "over": f"mesh dim {m}", "sums_values": False,
+                      "bytes_sent_per_rank": [v * itemsize for v in sent],
+                      "bytes_received_per_rank": [v * itemsize for v in received]})
+    elif any(sent):
         steps.append({"collective": "all_to_all", "over": "the whole mesh", "sums_values": False,
                       "bytes_sent_per_rank": [v * itemsize for v in sent],
                       "bytes_received_per_rank": [v * itemsize for v in received]})

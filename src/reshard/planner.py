@@ -3,10 +3,10 @@
 Each function takes what the agreement told every rank (the ranks' shapes, split sizes or
 counts) or the global shape and layouts, and returns this rank's ``RankPlan`` in time and
 memory proportional to its own pieces: a list of its peers at most, never a transfer per pair
-of ranks. A world of N ranks is the mesh ``(N,)``: ``redistribute`` on it takes the world's
-collectives (one all_to_all, all_gather, reduce_scatter or local step, as ``plan.make_plan``
-decides); on a larger mesh, the reductions of Partial sources on their mesh dims, then one
-exchange of boxes (``mesh_plan.MeshPlan``). Pure: no engine, no array library.
+of ranks. A world of N ranks is the mesh ``(N,)``: ``redistribute`` plans both by the same code into the
+same steps (the reductions of Partial sources on their mesh dims, then one exchange, as the
+engine's own all_to_all or all_gather where it is one, else as boxes). Pure: no engine, no
+array library.
 """
 
 from __future__ import annotations
@@ -23,17 +23,16 @@ from .layout import (
     ravel,
     shard_range,
     shard_sizes,
+    split_sizes,
     unravel,
 )
 from .mesh_plan import MeshPlan
-from .plan import make_plan
 from .steps import (
     AllGather,
     AllToAll,
     AllToAllV,
     ExchangeBoxes,
     Gather,
-    Keep,
     OnMeshDim,
     RankPlan,
     ReduceScatter,
@@ -188,16 +187,17 @@ def all_reduce(rank: int, size: int, shape: Sequence[int], op: str) -> RankPlan:
 def redistribute(global_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
                  mesh_shape: Sequence[int], rank: int, rule: str = "balanced") -> RankPlan:
     """``redistribute`` of a tensor of ``global_shape`` from ``src`` to ``dst`` (one placement
-    per mesh dim) on a mesh of ``mesh_shape``, as rank ``rank`` runs it. Shards split by
-    ``rule`` (``balanced``, or ``chunk`` as PyTorch DTensor splits)."""
+    per mesh dim) on a mesh of ``mesh_shape``, as rank ``rank`` runs it; a world of N ranks is
+    the mesh ``(N,)``. Shards split by ``rule`` (``balanced``, or ``chunk`` as PyTorch DTensor
+    splits). The steps: each Partial source reduced on its mesh dim, then one exchange of boxes
+    (``mesh_plan.MeshPlan``), which runs as the engine's own all_to_all or all_gather on one
+    mesh dim's communicator where it is one (``_as_collective``)."""
     shape = tuple(int(g) for g in global_shape)
     mesh_shape = tuple(int(m) for m in mesh_shape)
     src, dst = normalized(src, len(shape)), normalized(dst, len(shape))
     size = _numel(mesh_shape)
     if src == dst:
         return RankPlan("redistribute", rank, size, ())
-    if len(mesh_shape) == 1 and rule == "balanced":
-        return RankPlan("redistribute", rank, size, _world(shape, src[0], dst[0], size, rank))
     return RankPlan("redistribute", rank, size, _mesh(MeshPlan(shape, src, dst, mesh_shape, rule), rank))
 
 
@@ -206,50 +206,51 @@ def normalized(placements: Sequence[Placement], ndim: int) -> tuple[Placement, .
     return tuple(Shard(normalize_dim(p.dim, ndim, "Shard dim")) if isinstance(p, Shard) else p for p in placements)
 
 
-def _world(shape: Shape, src: Placement, dst: Placement, n: int, rank: int) -> tuple[Step, ...]:
-    """A world's change as the world's collectives (``make_plan`` decides which)."""
-    steps: list[Step] = []
-    for st in make_plan(shape, src, dst, n, itemsize=1).steps:
-        if st.collective == "all_to_all":
-            s, c = st.split_dim, st.concat_dim
-            in_shape = with_dim(shape, c, _piece(shape[c], n, rank))
-            steps.append(AllToAll(in_shape, s, c, tuple(shard_sizes(shape[s], n)),
-                                  with_dim(in_shape, s, _piece(shape[s], n, rank)), tuple(shard_sizes(shape[c], n))))
-        elif st.collective == "all_gather" and st.dim is not None:
-            steps.append(AllGather(st.dim, tuple(shard_sizes(shape[st.dim], n)), shape))
-        elif st.collective == "all_gather":
-            steps.append(AllGather(None, tuple(shard_sizes(_numel(shape), n)), shape))
-        elif st.collective == "reduce_scatter":
-            steps.append(ReduceScatter(st.dim, st.op))
-        elif st.action == "slice":
-            a, b = shard_range(shape[st.dim], n, rank)
-            steps.append(Keep("slice", dim=st.dim, start=a, length=b - a))
-        elif st.action == "to_partial":
-            steps.append(Keep("to_partial", op=st.op))
-        else:
-            a, b = shard_range(shape[st.dim], n, rank)
-            steps.append(Keep("embed", op=st.op, dim=st.dim, start=a, length=b - a, shape=shape))
-    return tuple(steps)
+def _on_mesh_dim(mesh_shape: Shape, m: int, name: str, steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """``steps`` among the ranks that differ only on mesh dim ``m``: on a 1-D mesh (a world),
+    the world's own steps."""
+    return steps if len(mesh_shape) == 1 else (OnMeshDim(m, name, steps),)
 
 
 def _mesh(plan: MeshPlan, rank: int) -> tuple[Step, ...]:
-    """A mesh change: each Partial source reduced on its mesh dim, then one exchange of boxes."""
+    """A layout change: each Partial source reduced on its mesh dim, then one exchange."""
     coord = unravel(rank, plan.mesh_shape)
     local = [b - a for a, b in mesh_region(plan.shape, plan.src, coord, plan.mesh_shape, plan.exchange.rule)]
     steps: list[Step] = []
     for red in plan.reductions:
         k = plan.mesh_shape[red.mesh_dim]
         if red.collective == "reduce_scatter":
-            steps.append(OnMeshDim(red.mesh_dim, "reduce_scatter", (ReduceScatter(red.dim, red.op),)))
+            steps += _on_mesh_dim(plan.mesh_shape, red.mesh_dim, "reduce_scatter", (ReduceScatter(red.dim, red.op),))
             local[red.dim] = _piece(local[red.dim], k, coord[red.mesh_dim])
         else:
-            steps.append(OnMeshDim(red.mesh_dim, "all_reduce", _all_reduce_steps(local, k, red.op)))
+            steps += _on_mesh_dim(plan.mesh_shape, red.mesh_dim, "all_reduce", _all_reduce_steps(local, k, red.op))
     moves = plan.moves()
     if moves or plan.local_work():  # the same answer on every rank: every rank takes the step
-        sends, recvs = plan.rank_exchange(rank)
-        steps.append(ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs),
-                                   tuple(plan.kept(rank)), plan.fill_op, moves))
+        typed = _as_collective(plan, coord, tuple(local))  # also when every piece is empty: the same steps
+        if typed is not None:
+            steps += typed
+        else:
+            sends, recvs = plan.rank_exchange(rank)
+            steps.append(ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs),
+                                       tuple(plan.kept(rank)), plan.fill_op, moves))
     return tuple(steps)
+
+
+def _as_collective(plan: MeshPlan, coord: Sequence[int], local: Shape) -> tuple[Step, ...] | None:
+    """The exchange as the engine's all_to_all or all_gather on one mesh dim's communicator,
+    where it is one (``MeshPlan.collective``); else None."""
+    if plan.collective is None:
+        return None
+    m, name = plan.collective
+    a, b = plan.exchange.src[m], plan.exchange.dst[m]
+    k, i, rule = plan.mesh_shape[m], coord[m], plan.exchange.rule
+    along_a = tuple(split_sizes(plan.shape[a.dim], k, rule))
+    if name == "all_to_all":
+        send = tuple(split_sizes(plan.shape[b.dim], k, rule))
+        step: Step = AllToAll(local, b.dim, a.dim, send, with_dim(local, b.dim, send[i]), along_a)
+    else:
+        step = AllGather(a.dim, along_a, with_dim(local, a.dim, plan.shape[a.dim]))
+    return _on_mesh_dim(plan.mesh_shape, m, name, (step,))
 
 
 def backward_placements(src: Placement, dst: Placement) -> tuple[Placement, Placement]:
@@ -265,10 +266,18 @@ def rank_traffic(plan: RankPlan, in_shape: Sequence[int], mesh_shape: Sequence[i
     """Per step of ``plan`` (rank ``plan.rank``, input of ``in_shape``): (collective, elements
     sent to each peer, elements received from each peer), own part excluded, peers as world
     ranks. What the executor moves, worked out from the plan alone."""
+    return [(step.collective, sent, received) for step, _, sent, received in walk(plan, in_shape, mesh_shape)]
+
+
+def walk(plan: RankPlan, in_shape: Sequence[int], mesh_shape: Sequence[int] | None = None
+         ) -> list[tuple[Step, Shape, dict[int, int], dict[int, int]]]:
+    """Per step of ``plan``: (the step, the shape of its input, elements sent to and received
+    from each peer as in ``rank_traffic``)."""
     out = []
     shape = tuple(int(s) for s in in_shape)
     coord = unravel(plan.rank, mesh_shape) if mesh_shape is not None else (plan.rank,)
     for step in plan.steps:
+        before = shape
         if isinstance(step, OnMeshDim):
             k = mesh_shape[step.mesh_dim]
             group = [_with_coord(coord, step.mesh_dim, i, mesh_shape) for i in range(k)]
@@ -280,10 +289,10 @@ def rank_traffic(plan: RankPlan, in_shape: Sequence[int], mesh_shape: Sequence[i
                     sent[group[p]] = sent.get(group[p], 0) + v
                 for p, v in b.items():
                     received[group[p]] = received.get(group[p], 0) + v
-            out.append((step.collective, sent, received))
+            out.append((step, before, sent, received))
         else:
             a, b, shape = _one(step, plan.rank, plan.size, shape)
-            out.append((step.collective, a, b))
+            out.append((step, before, a, b))
     return out
 
 
@@ -334,10 +343,6 @@ def _one(step: Step, rank: int, n: int, shape: Shape) -> tuple[dict[int, int], d
         return per_peer(step.sends), per_peer(step.recvs), tuple(b - a for a, b in step.target)
     if isinstance(step, Reorder):
         return {}, {}, shape
-    if isinstance(step, Keep):
-        if step.action == "slice":
-            return {}, {}, with_dim(shape, step.dim, step.length)
-        return {}, {}, step.shape if step.shape is not None else shape
     raise TypeError(f"not a step: {step!r}")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from . import planner
 from .layout import Placement, Shard, mesh_region, parse_placement, parse_placements, shard_range, unravel
 from .plan import ITEMSIZE
-from .steps import AllGather, AllToAll, ExchangeBoxes, Keep, OnMeshDim, ReduceScatter, Step
+from .steps import AllGather, AllToAll, ExchangeBoxes, OnMeshDim, ReduceScatter, Step
 
 DETAIL_MAX_PEERS = 64  # a step lists each peer's region up to this many peers
 
@@ -28,8 +28,6 @@ def _step(step: Step, over: str, sent: dict[int, int], received: dict[int, int],
         "sent_bytes": sum(sent.values()) * item, "received_bytes": sum(received.values()) * item,
         "sends_to": sorted(sent), "receives_from": sorted(received),
     }
-    if isinstance(step, Keep):
-        out["action"] = step.action
     if len(sent) <= DETAIL_MAX_PEERS and len(received) <= DETAIL_MAX_PEERS:
         if isinstance(step, ExchangeBoxes):  # one row per box (a peer may send several)
             out["sends"] = _boxes(step.sends, item)
@@ -124,7 +122,7 @@ def rank_report(shape: Sequence[int], src: Any, dst: Any, rank: int, dtype: str 
     for step, (_, sent, received) in zip(plan.steps, planner.rank_traffic(plan, in_shape, mesh_shape)):
         if isinstance(step, OnMeshDim):
             over = f"mesh dim {step.mesh_dim}"
-        elif isinstance(step, Keep) or (isinstance(step, ExchangeBoxes) and not step.moves):
+        elif isinstance(step, ExchangeBoxes) and not step.moves:
             over = "this rank"
         else:
             over = "the world" if world else "the whole mesh"

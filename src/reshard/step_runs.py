@@ -24,7 +24,7 @@ from .engines.base import CallState
 from .layout import offsets, shard_sizes
 from .pieces import contiguous, data_ptr, exchange_packed, narrow, pack, segments, with_dim
 from .plan import region_numel as box_size
-from .steps import Box, ExchangeBoxes, Keep, Reorder
+from .steps import Box, ExchangeBoxes, Reorder
 
 Array = Any  # torch.Tensor or numpy.ndarray
 
@@ -83,27 +83,6 @@ def reduce_scatter_core(call: CallState, x: Array, d: int, op: str) -> Array:
     stacked = exchange_packed(call, send, send_shapes, [piece_shape] * n, [n * piece_shape[0], *piece_shape[1:]], 0, x)
     call.stats.allocated_bytes += numel(piece_shape) * arrays.itemsize(x)  # the accumulator
     return arrays.stack_reduce(stacked.reshape((n, *piece_shape)), op)
-
-
-def to_partial(call: CallState, full: Array, op: str) -> Array:
-    """Replicated -> Partial(op): for sum, rank 0 keeps the values and the others hold zeros."""
-    if op == "sum" and call.rank != 0:
-        return call.arrays.zeros(full.shape, like=full)
-    return full.clone() if is_torch(full) else full.copy()
-
-
-def keep(call: CallState, x: Array, step: Keep) -> Array:
-    """A step with no traffic (``steps.Keep``)."""
-    arrays = call.arrays
-    if step.action == "slice":  # Replicate -> Shard: this rank's block, copied
-        view = narrow(x, step.dim, step.start, step.length)
-        return view.clone() if is_torch(view) else view.copy()
-    if step.action == "to_partial":
-        return to_partial(call, x, step.op)
-    # embed (Shard -> Partial): the shard in a full tensor, the rest op's identity
-    out = arrays.full_like(alloc(arrays, call.stats, step.shape, like=x), arrays.identity(x, step.op))
-    arrays.copy(narrow(out, step.dim, step.start, step.length), x)
-    return out
 
 
 def reorder(call: CallState, x: Array, step: Reorder) -> Array:

@@ -97,22 +97,6 @@ class ReduceScatter:
 
 
 @dataclass(frozen=True)
-class Keep:
-    """No traffic. ``slice``: this rank's ``[start, start + length)`` along ``dim`` of a
-    replicated tensor, copied; ``to_partial``: the whole tensor as Partial(``op``) (for sum,
-    rank 0 keeps the values, the others hold zeros); ``embed``: the shard placed at ``start``
-    along ``dim`` in a tensor of ``shape``, the rest the identity of ``op``."""
-
-    collective: ClassVar[str] = "local"
-    action: str
-    op: str | None = None
-    dim: int | None = None
-    start: int = 0
-    length: int = 0
-    shape: Shape | None = None
-
-
-@dataclass(frozen=True)
 class Reorder:
     """No traffic: the pieces of ``x`` along ``dim`` (``lengths`` long, in order) put in the
     order ``order`` (piece ``order[i]`` first...), one copy. A two-level exchange's first move:
@@ -167,7 +151,7 @@ class OnMeshDim:
         return OnMeshDim(self.mesh_dim, self.name, tuple(s.reverse() for s in reversed(self.steps)))
 
 
-Step = AllToAll | AllToAllV | AllGather | Gather | ReduceScatter | Keep | Reorder | ExchangeBoxes | OnMeshDim
+Step = AllToAll | AllToAllV | AllGather | Gather | ReduceScatter | Reorder | ExchangeBoxes | OnMeshDim
 
 
 @dataclass(frozen=True)
