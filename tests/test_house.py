@@ -228,3 +228,89 @@ def test_the_public_collectives_are_all_checked():
     assert {_dotted(c) for c in _calls(_function("ops", "redistribute"))} >= {"relayout.redistribute"}
     moe_calls = {_dotted(c) for f in ("dispatch", "combine") for c in _calls(_function("moe", f))}
     assert "exchange_segments" in moe_calls
+
+
+# What rs.last_exchange() reports is recorded by the executor alone: the forms note their
+# copies and memory in the step's Tally, the call counts its checks, and execute writes them.
+STATS_FIELDS = {"op", "pack_copies", "unpack_copies", "bytes_sent", "bytes_received", "metadata_exchanges",
+                "allocated_bytes", "replayed", "cross_host_bytes_sent", "cross_host_messages", "steps",
+                "_received_into", "received_into"}
+STATS_WRITERS = {"received_at", "received_into_result", "begin_step", "end_step"}
+MAY_WRITE_STATS = {"execute", "stats", "plan"}  # plan.Plan, explain's report, has copy fields of its own
+
+
+def _stats_writes(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for every write of an ``ExchangeStats`` field the AST can see: an
+    assignment in any form (plain, augmented, annotated, unpacked, walrus-free targets),
+    ``setattr``/``delattr``, the stats' own writing methods, a list method on ``.steps`` of a
+    stats object, and ``ExchangeStats(...)`` or ``dataclasses.replace`` given more than the op."""
+    found = []
+
+    def targets(node: ast.AST) -> list[ast.AST]:
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return [t for e in node.elts for t in targets(e)]
+        if isinstance(node, ast.Starred):
+            return targets(node.value)
+        return [node]
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            tgts = [t for target in node.targets for t in targets(target)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            tgts = targets(node.target)
+        elif isinstance(node, ast.Delete):
+            tgts = [t for target in node.targets for t in targets(target)]
+        elif isinstance(node, ast.For):
+            tgts = targets(node.target)
+        else:
+            tgts = []
+        for t in tgts:
+            if isinstance(t, ast.Attribute) and t.attr in STATS_FIELDS - {"op", "steps"}:
+                found.append((node.lineno, f"assigns .{t.attr}"))
+            if isinstance(t, ast.Attribute) and t.attr in {"op", "steps"} and "stats" in ast.unparse(t.value):
+                found.append((node.lineno, f"assigns {ast.unparse(t)}"))
+        if isinstance(node, ast.Call):
+            name = _dotted(node)
+            last = name.split(".")[-1]
+            if last in {"setattr", "delattr"} and len(node.args) >= 2:
+                field = node.args[1]
+                if not isinstance(field, ast.Constant) or field.value in STATS_FIELDS:
+                    found.append((node.lineno, f"{last}({ast.unparse(node.args[1])})"))
+            if last in STATS_WRITERS:
+                found.append((node.lineno, f"calls {name}"))
+            if last in {"append", "extend", "insert", "clear", "pop"} and name.endswith(f"steps.{last}") and \
+                    "stats" in name:
+                found.append((node.lineno, f"calls {name}"))
+            if last == "ExchangeStats" and (len(node.args) > 1 or node.keywords):
+                found.append((node.lineno, "makes ExchangeStats with more than its op"))
+            if last == "replace" and node.args and "stats" in ast.unparse(node.args[0]):
+                found.append((node.lineno, f"calls {name}"))
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_executor_writes_the_stats(module):
+    writes = _stats_writes(ast.parse(MODULES[module].read_text()))
+    if module not in MAY_WRITE_STATS:
+        assert not writes, f"{module}: {writes}: only execute records what rs.last_exchange() reports"
+
+
+def test_the_stats_reader_sees_every_form_of_write():
+    code = """
+stats.pack_copies += 1
+k.stats.bytes_sent = 3
+a, b.allocated_bytes = 1, 2
+setattr(stats, "replayed", True)
+setattr(stats, name, 1)
+st: int = 0
+st.metadata_exchanges: int = 4
+stats.received_at(0)
+call.stats.steps.append(step)
+ExchangeStats("x", replayed=True)
+dataclasses.replace(stats, op="y")
+del stats.cross_host_messages
+for stats.unpack_copies in range(2): pass
+tally.packs += 1
+"""
+    lines = sorted({line for line, _ in _stats_writes(ast.parse(code))})
+    assert lines == [2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14], lines  # not the plain name (7), not a tally (15)

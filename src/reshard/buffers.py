@@ -12,18 +12,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from .arrays import is_torch, numel
-from .stats import ExchangeStats
+from .stats import Tally
 
 _kept = threading.local()  # per thread: two threads may run ops on two communicators
 
 
-def alloc(arrays: Any, stats: ExchangeStats, shape: Sequence[int], like: Any) -> Any:
+def alloc(arrays: Any, tally: Tally, shape: Sequence[int], like: Any) -> Any:
     """``arrays.empty``, counted: ``explain`` and ``bench`` report the memory an op really took."""
-    stats.allocated_bytes += numel(shape) * arrays.itemsize(like)
+    tally.allocated += numel(shape) * arrays.itemsize(like)
     return arrays.empty(shape, like=like)
 
 
-def scratch(arrays: Any, stats: ExchangeStats, count: int, like: Any) -> Any:
+def scratch(arrays: Any, tally: Tally, count: int, like: Any) -> Any:
     """A 1-D buffer of ``count`` elements like ``like``, reused across calls (not zeroed)."""
     nbytes = count * arrays.itemsize(like)
     key = (arrays.name, getattr(like, "device", None))
@@ -38,7 +38,7 @@ def scratch(arrays: Any, stats: ExchangeStats, count: int, like: Any) -> Any:
 
             cached = np.empty(max(nbytes, 64), dtype=np.uint8)
         cache[key] = cached
-        stats.allocated_bytes += cached.shape[0]
+        tally.allocated += cached.shape[0]
     return cached[:nbytes].view(like.dtype)
 
 
@@ -46,7 +46,7 @@ def pack_buffer(call: Any, count: int, like: Any) -> Any:
     """The pack buffer of one exchange: in the engine's outbox where it has one (same-host
     peers read the pieces from there), else ``scratch``."""
     buf = call.adapter.send_buffer(count, like)
-    return scratch(call.arrays, call.stats, count, like) if buf is None else buf
+    return scratch(call.arrays, call.tally, count, like) if buf is None else buf
 
 
 def release_buffers() -> None:

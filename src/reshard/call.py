@@ -32,7 +32,7 @@ from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, 
 from .comm import Comm, current, current_or_none
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .hot_replay import MISS, HotReplay, ReplayState, plain_key, replay_hot
-from .stats import ExchangeStats, set_last
+from .stats import ExchangeStats, Tally, set_last
 
 Array = Any  # torch.Tensor or numpy.ndarray
 
@@ -186,7 +186,10 @@ class Call:
         self.x = x
         self.arg_names = arg_names
         self.error: ReshardError | None = None
-        self.stats = ExchangeStats(op)
+        self.stats = ExchangeStats(op)  # filled by the executor
+        self.tally = Tally()  # what the forms note as they run
+        self.checks = 0  # metadata exchanges this call made: its vote, records, counts
+        self.replaying = False  # it runs the program of an earlier call with its signature
         self.prepared: Any = None  # what the first step prepared while the records travelled
         self.key: tuple | None = None  # the call's signature, when it can be replayed
         self.pregathered: Any = None  # records a replay already gathered (and found changed)
@@ -242,17 +245,16 @@ class Call:
                 plan = None
         elif plan is not None and plan.record is not None:
             gathered = self.adapter.start_allgather_bytes(plan.record, f"{self.op} (check)")()
-            self.stats.metadata_exchanges += 1
+            self.checks += 1
             if gathered.tobytes() != plan.gathered:
                 self.pregathered = gathered
                 plan = None
         if plan is None:
-            self.arrays, exchanges = arrays, self.stats.metadata_exchanges
-            self.stats = ExchangeStats(self.op)  # the full path counts from scratch
-            self.stats.metadata_exchanges = exchanges
+            self.arrays = arrays
+            self.tally = Tally()  # the full path counts from scratch (not what a prepare noted)
             return MISS
         self.numpy_in = plan.numpy_in
-        self.stats.replayed = True
+        self.replaying = True
         out = plan.run(self, x) if prepared is None else plan.run(self, x, prepared)
         if plan.grad is not None and wants_grad(self.x):
             out = plan.grad(self, self.x, out)
@@ -272,7 +274,7 @@ class Call:
         """True when every rank voted for the same plan; raises on every rank when they are in
         different collectives (the op codes differ)."""
         self.voted = True
-        self.stats.metadata_exchanges += 1
+        self.checks += 1
         high, low = int(votes[0]), -int(votes[1])
         if high >> _DIGEST_BITS != low >> _DIGEST_BITS:
             ops = self.adapter.allgather_bytes(_op_bytes(self.op), f"{self.op} (check)")
@@ -359,7 +361,7 @@ class Call:
             finish = lambda: self.pregathered  # noqa: E731
         else:
             finish = self.adapter.start_allgather_bytes(raw, f"{self.op} (check)")
-            self.stats.metadata_exchanges += 1
+            self.checks += 1
         if prepare is not None and self.error is None:
             self.prepared = prepare()  # local work (the pack) while the records travel
         gathered = finish()
@@ -388,3 +390,4 @@ class Call:
 def wants_grad(x: Any) -> bool:
     """A torch tensor on the autograd tape: the result gets a backward (the reverse exchange)."""
     return is_torch(x) and x.requires_grad and sys.modules["torch"].is_grad_enabled()
+

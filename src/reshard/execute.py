@@ -14,7 +14,8 @@ from typing import Any
 
 from . import planner, step_runs
 from .call import Call, wants_grad
-from .engines.base import CallState
+from .engines.base import CallState, Tally
+from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
 from .steps import (
     AllGather,
     AllToAll,
@@ -75,14 +76,14 @@ class PlanRun:
                 xt = runner(k, xt, prepared)
                 prepared = None
             return xt
-        stats = k.stats
+        stats, tally = k.stats, k.tally
         steps = self.record  # an inner plan's steps are its caller's one step
         for (name, runner), (counts, receives) in zip(self.runners, self.declared):
             started = stats.begin_step() if steps else None
             xt = runner(k, xt, prepared)
             prepared = None
             if receives:
-                stats.received_into_result(xt)
+                tally.landing = xt
             for field, value in counts:
                 setattr(stats, field, getattr(stats, field) + value)
             if steps:
@@ -90,6 +91,9 @@ class PlanRun:
         if steps and self.cross_host[1]:
             stats.cross_host_bytes_sent += self.cross_host[0]
             stats.cross_host_messages += self.cross_host[1]
+        if steps:  # an inner plan's tally and checks are its caller's
+            _take_tally(stats, tally)
+            _settle(stats, k)
         return xt
 
     @property
@@ -99,6 +103,59 @@ class PlanRun:
         where the first step has none to do early."""
         first = self.runners[0][1] if self.runners else None
         return first.prepare if isinstance(first, step_runs.BoxRun) else None
+
+
+def _take_tally(stats: ExchangeStats, tally: Tally) -> None:
+    """What the forms noted in ``tally`` (copies, memory, where they received) recorded in
+    ``stats``; the tally starts again."""
+    stats.pack_copies += tally.packs
+    stats.unpack_copies += tally.unpacks
+    stats.allocated_bytes += tally.allocated
+    into = tally.landing
+    if into is not None:
+        if type(into) is int:
+            stats.received_at(into)
+        else:
+            stats.received_into_result(into)
+    tally.packs = tally.unpacks = tally.allocated = 0
+    tally.landing = None
+
+
+def _settle(stats: ExchangeStats, call: Any) -> None:
+    """What the call itself did, in its stats: its checks (metadata exchanges) and whether it
+    ran the program of an earlier call with its signature."""
+    stats.metadata_exchanges = call.checks
+    stats.replayed = call.replaying
+
+
+def finish(call: Call, out: Array) -> Array:
+    """The end of a call that runs no program (nothing to move): its stats settled, its result."""
+    _settle(call.stats, call)
+    return call.result(out)
+
+
+def report_as(op: str, call: Any) -> None:
+    """``rs.last_exchange()`` for an op made of one exchange inside its own call (MoE): the
+    exchange's stats named ``op``, with the op's own checks (its records, the counts) added."""
+    stats = last_exchange().copy()
+    stats.op = op
+    stats.metadata_exchanges += call.checks
+    set_last(stats)
+
+
+def merged(op: str, parts: list[tuple[str, ExchangeStats | None]]) -> ExchangeStats:
+    """One ``ExchangeStats`` for an op made of several exchanges, each one step of it, as
+    ``rs.last_exchange()`` from now on."""
+    total = ExchangeStats(op)
+    for name, part in parts:
+        if part is None:
+            continue
+        for key in ("pack_copies", "unpack_copies", "bytes_sent", "bytes_received", "metadata_exchanges",
+                    "allocated_bytes", "cross_host_bytes_sent", "cross_host_messages"):
+            setattr(total, key, getattr(total, key) + getattr(part, key))
+        total.steps.append(ExecutedStep(name, part.bytes_sent, part.bytes_received))
+    set_last(total)
+    return total
 
 
 def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runner:
@@ -129,12 +186,12 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
 
 class _OnComm:
     """The state a step's forms read (``CallState``), on a mesh dim's communicator: the
-    calling rank's op and arrays, its stats while it runs (``stats`` is set by each run)."""
+    calling rank's op and arrays, its stats and tally while it runs (set by each run)."""
 
-    def __init__(self, call: CallState, comm: Any, op: str):
+    def __init__(self, call: Any, comm: Any, op: str):
         self.op, self.adapter = op, comm.adapter
         self.rank, self.size = comm.rank, comm.size
-        self.arrays, self.stats = call.arrays, call.stats
+        self.arrays, self.stats, self.tally = call.arrays, getattr(call, "stats", None), call.tally
 
 
 def _on_mesh_dim(call: CallState, x: Array, step: OnMeshDim, sub: SubComm | None) -> Runner:
@@ -146,7 +203,7 @@ def _on_mesh_dim(call: CallState, x: Array, step: OnMeshDim, sub: SubComm | None
     inner = PlanRun(on, x, RankPlan(on.op, on.rank, on.size, step.steps), record=False)
 
     def run(k: CallState, xt: Array, prepared: Any = None) -> Array:
-        on.stats, on.arrays = k.stats, k.arrays
+        on.stats, on.tally, on.arrays = k.stats, k.tally, k.arrays
         return inner(on, xt)
 
     return run

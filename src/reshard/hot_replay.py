@@ -27,7 +27,7 @@ from .activity import op_code
 from .arrays import is_numpy, is_torch, to_torch
 from .comm import Comm, current_or_none
 from .layout import Partial, Replicate, Shard
-from .stats import ExchangeStats, set_last_replay
+from .stats import ExchangeStats, Tally, set_last_replay
 
 MISS = object()  # no result: the call goes on down the full path
 _weak_ref = weakref.ref  # bound once: a hot replay takes one per call
@@ -53,14 +53,27 @@ def plain_key(value: Any) -> Any:
     raise TypeError(kind)
 
 
+def _landing(tally: Tally) -> Any:
+    """Where a hot replay's program received, as ``set_last_replay`` takes it (an address, or
+    a weak reference to the array it received into); the tally starts again (a hot replay
+    keeps no counts: its stats are those of the call that made it)."""
+    into = tally.landing
+    tally.packs = tally.unpacks = tally.allocated = 0
+    tally.landing = None
+    if into is None or type(into) is int:
+        return into or 0
+    return weakref.ref(into)
+
+
 class ReplayState:
     """What a replayed plan's steps read of their call (``engines.base.CallState``), and no more."""
 
-    __slots__ = ("op", "rank", "size", "arrays", "adapter", "stats")
+    __slots__ = ("op", "rank", "size", "arrays", "adapter", "stats", "tally", "checks", "replaying")
 
     def __init__(self, op: str, comm: Comm, arrays: Any):
         self.op, self.rank, self.size, self.arrays, self.adapter = op, comm.rank, comm.size, arrays, comm.adapter
-        self.stats = ExchangeStats(op, replayed=True)
+        self.stats, self.tally = ExchangeStats(op), Tally()  # the stats filled by the executor
+        self.checks, self.replaying = 0, True
 
 
 def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple) -> Any:
@@ -179,7 +192,7 @@ class HotReplay:
             return None
         _, dtype, shape, strides, _ = self.x_key
         kept, kind_checks, program, state, stats, code = self.args, self.kind_checks, self.program, self.state, self.stats, self.op_code
-        general, ndarray, replay_stats, receives = self.__call__, np.ndarray, state.stats, self.program.receives_result
+        general, ndarray, tally, receives = self.__call__, np.ndarray, state.tally, self.program.receives_result
 
         def run(comm: Comm, args: tuple, x: Any) -> Any:
             if type(x) is not ndarray or x.dtype is not dtype or x.shape != shape or x.strides != strides:
@@ -195,12 +208,11 @@ class HotReplay:
             activity = comm.activity
             if activity is not None:
                 activity.enter_code(code)
-            if not receives:
-                replay_stats.received_at(0)
             out = program(state, x, None, False)
             if activity is not None:
                 activity.leave()
-            set_last_replay(stats, _weak_ref(out) if receives else replay_stats.received_into)
+            into = _landing(tally)
+            set_last_replay(stats, _weak_ref(out) if receives else into)
             return out
 
         return run
@@ -235,10 +247,9 @@ class HotReplay:
                     activity.leave()
                 return MISS
         state, program = self.state, self.program
-        if not program.receives_result:
-            state.stats.received_at(0)
         out = program(state, xt, prepared, False)
-        set_last_replay(self.stats, _weak_ref(out) if program.receives_result else state.stats.received_into)
+        into = _landing(state.tally)
+        set_last_replay(self.stats, _weak_ref(out) if program.receives_result else into)
         if activity is not None:
             activity.leave()
         return out.numpy() if numpy_in and out is not None else out

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import moe_hosts, moe_sums, moe_two_level, validate
+from . import execute, moe_hosts, moe_sums, moe_two_level, validate
 from .arrays import is_numpy, is_torch
 from .call import Call
 from .call import start as start_call
@@ -30,7 +30,6 @@ from .comm import Comm
 from .errors import InvalidArgument, UnsupportedDType
 from .layout import check_int, offsets, shard_sizes
 from .moe_rows import exchange_segments, index_for, take_rows
-from .stats import last_exchange, set_last
 
 Array = Any
 
@@ -202,18 +201,8 @@ def _routed_counts(call: Call, expert_of_pair: np.ndarray, routable: np.ndarray,
 def _gathered(call: Call, own: np.ndarray, what: str) -> np.ndarray:
     """``[N, len(own)]``: every rank's int64 ``own``, from one all-gather."""
     gathered = call.adapter.allgather_bytes(np.ascontiguousarray(own, dtype=np.int64).view(np.uint8), what)
-    call.stats.metadata_exchanges += 1
+    call.checks += 1
     return gathered.view(np.int64).reshape(call.size, own.size)
-
-
-def _report(op: str, call: Call) -> None:
-    """``last_exchange()`` for the whole op, on either path: what its exchanges did, named
-    ``op`` ("moe.dispatch" or "moe.combine"), with the small exchanges of the op's own call
-    (its records, the counts) counted too."""
-    stats = last_exchange().copy()
-    stats.op = op
-    stats.metadata_exchanges += call.stats.metadata_exchanges
-    set_last(stats)
 
 
 def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None, capacity: int | None,
@@ -264,7 +253,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     if algorithm == "hierarchical":
         expert_inputs, routes = moe_two_level.dispatch(comm_, tokens, ids, kept.reshape(num_tokens, top_k),
                                                        kept_counts, rows_to_host, mesh_shape, per_rank)
-        _report("moe.dispatch", call)
+        execute.report_as("moe.dispatch", call)
         return expert_inputs, MoEHandle(
             tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
             dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
@@ -273,7 +262,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
             segment_send=segment_send, segment_recv=segment_recv, algorithm="hierarchical", hosts=routes)
     rows = take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
     expert_inputs = exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)")
-    _report("moe.dispatch", call)
+    execute.report_as("moe.dispatch", call)
     handle = MoEHandle(
         tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
         dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
@@ -313,11 +302,11 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     call.agree(free_dims=(0,), need_shapes=False)  # check on or off: a disagreement never moves data
     if handle.hosts is not None:
         out = moe_two_level.combine(expert_outputs, handle.hosts, handle.num_tokens, handle.top_k, weights)
-        _report("moe.combine", call)
+        execute.report_as("moe.combine", call)
         return out
     # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
     back = exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")
-    _report("moe.combine", call)
+    execute.report_as("moe.combine", call)
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])
     if handle.slot_rows is not None:  # dropless: every (token, slot) has its row, so gather
@@ -377,7 +366,7 @@ def pipeline(
     if cap is not None:  # the drops of the whole batch, decided once
         counts = _routed_counts(call, pairs, routable, num_experts, "moe.pipeline (counts)")
         routable[_routes(pairs, routable, counts, cap, call.rank, num_experts // call.size)[1]] = False
-    call.result(None)
+    execute.finish(call, None)
     top_k = ids.shape[1]
     bounds = offsets(shard_sizes(ids.shape[0], parts)) + [ids.shape[0]]
     started = [

@@ -37,7 +37,6 @@ import numpy as np
 
 from . import hosts_plan
 from .arrays import is_torch
-from .stats import ExchangeStats, ExecutedStep, set_last
 
 Array = Any
 
@@ -150,20 +149,6 @@ def expert_blocks(kept_counts: np.ndarray, rank: int, mesh_shape: tuple[int, int
     own = [int(v) for v in mine[host].sum(axis=1)]
     other = [int(v) for v in mine.sum(axis=(0, 2)) - np.asarray(own, dtype=np.int64)]
     return table[table[:, 3] > 0], (own, other)
-
-
-def merged_stats(op: str, parts: list[tuple[str, ExchangeStats | None]]) -> ExchangeStats:
-    """One ``ExchangeStats`` for an op made of several exchanges, each one step of it."""
-    total = ExchangeStats(op)
-    for name, st in parts:
-        if st is None:
-            continue
-        for key in ("pack_copies", "unpack_copies", "bytes_sent", "bytes_received", "metadata_exchanges",
-                    "allocated_bytes", "cross_host_bytes_sent", "cross_host_messages"):
-            setattr(total, key, getattr(total, key) + getattr(st, key))
-        total.steps.append(ExecutedStep(name, st.bytes_sent, st.bytes_received))
-    set_last(total)
-    return total
 
 
 def row_bytes(tokens: Array) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import moe_hosts, moe_sums
+from . import execute, moe_hosts, moe_sums
 from .arrays import is_torch
 from .comm import Comm
 from .mesh import Mesh
@@ -71,7 +71,7 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
                                   (own_send, other_send), blocks, inside_recv)
     received_by_part = (received_own, received)
     expert_inputs = _joined([received_by_part[p][a : a + n] for p, a, _, n in blocks.tolist()], received)
-    moe_hosts.merged_stats("moe.dispatch", parts)
+    execute.merged("moe.dispatch", parts)
     return expert_inputs, routes
 
 
@@ -112,7 +112,7 @@ def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int
             blocks.append((home[at : at + tokens.size], tokens))
             at += tokens.size
     out = moe_sums.sum_over_hosts(blocks, num_tokens)
-    moe_hosts.merged_stats("moe.combine", parts)
+    execute.merged("moe.combine", parts)
     return out
 
 

@@ -53,8 +53,8 @@ def contiguous(call: Any, x: Array) -> Array:
     """``x`` as one run of memory, counted as a pack copy when that takes one."""
     if call.arrays.is_contiguous(x):
         return x
-    call.stats.pack_copies += 1
-    call.stats.allocated_bytes += numel(x.shape) * call.arrays.itemsize(x)
+    call.tally.packs += 1
+    call.tally.allocated += numel(x.shape) * call.arrays.itemsize(x)
     return x.contiguous() if is_torch(x) else x.copy()
 
 
@@ -65,11 +65,11 @@ def pack(call: Any, x: Array, dim: int, sizes: Sequence[int]) -> tuple[Array, li
     if arrays.is_contiguous(x) and numel(x.shape[:dim]) == 1:
         return x.reshape(-1), shapes  # the pieces already are consecutive runs of x
     # The kept buffer, not a fresh one: a fresh 1 MiB send buffer page-faulted on some calls.
-    send = scratch(arrays, call.stats, numel(x.shape), like=x)
+    send = scratch(arrays, call.tally, numel(x.shape), like=x)
     for view, start, size in zip(segments(send, shapes), offsets(sizes), sizes):
         if size:
             arrays.copy(view, narrow(x, dim, start, size))
-    call.stats.pack_copies += 1
+    call.tally.packs += 1
     return send, shapes
 
 
@@ -79,26 +79,26 @@ def exchange_packed(
 ) -> Array:
     """Send segment j of the packed ``send`` to rank j in one engine call; concatenate what
     arrives along ``concat_dim`` in rank order."""
-    arrays, stats = call.arrays, call.stats
+    arrays, tally = call.arrays, call.tally
     direct = numel(out_shape[:concat_dim]) == 1
     if direct:  # received pieces, stacked in rank order, already are the result
-        out = alloc(arrays, stats, out_shape, like=like)
+        out = alloc(arrays, tally, out_shape, like=like)
         recv = out.reshape(-1)
     else:
-        recv = alloc(arrays, stats, [sum(numel(s) for s in recv_shapes)], like=like)
+        recv = alloc(arrays, tally, [sum(numel(s) for s in recv_shapes)], like=like)
     item = arrays.itemsize(like)
     send_counts = [numel(s) * item for s in send_shapes]
     recv_counts = [numel(s) * item for s in recv_shapes]
-    stats.received_at(data_ptr(recv))
+    tally.landing = data_ptr(recv)
     call.adapter.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), recv_counts, send_counts, call.op)
     if direct:
         return out
-    out = alloc(arrays, stats, out_shape, like=like)
+    out = alloc(arrays, tally, out_shape, like=like)
     lengths = [s[concat_dim] for s in recv_shapes]
     for view, start, length in zip(segments(recv, recv_shapes), offsets(lengths), lengths):
         if length and numel(view.shape):
             arrays.copy(narrow(out, concat_dim, start, length), view)
-    stats.unpack_copies += 1
+    tally.unpacks += 1
     return out
 
 
@@ -112,4 +112,4 @@ def unpack_others(call: Any, out: Array, side: Array, recv_shapes: Sequence[Sequ
     for view, i in zip(segments(side, [recv_shapes[i] for i in others]), others):
         if lengths[i] and numel(view.shape):
             arrays.copy(narrow(out, c, starts[i], lengths[i]), view)
-    call.stats.unpack_copies += 1
+    call.tally.unpacks += 1

@@ -14,6 +14,20 @@ from typing import Any, NamedTuple
 from .arrays import data_ptr
 
 
+class Tally:
+    """What a step's forms did beyond moving the plan's bytes, noted as they do it: copies into
+    send buffers (``packs``) and out of landing buffers (``unpacks``), bytes of memory taken
+    (``allocated``), and where the engine received (``landing``: an address, or the array it
+    received into). The executor records it in the call's ``ExchangeStats`` after the steps
+    and starts it again; a form never writes the stats."""
+
+    __slots__ = ("packs", "unpacks", "allocated", "landing")
+
+    def __init__(self) -> None:
+        self.packs = self.unpacks = self.allocated = 0
+        self.landing: Any = None
+
+
 class ExecutedStep(NamedTuple):
     """One step as this rank ran it: the collective and the bytes that left and arrived."""
 

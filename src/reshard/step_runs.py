@@ -32,40 +32,40 @@ Array = Any  # torch.Tensor or numpy.ndarray
 def gather_core(call: CallState, x: Array, dim: int, lengths: Sequence[int], dst: int | None) -> Array | None:
     """all_gather (dst None) or gather to ``dst`` of pieces ``lengths[i]`` long along ``dim``,
     concatenated along ``dim`` in rank order."""
-    arrays, n, rank, stats = call.arrays, call.size, call.rank, call.stats
+    arrays, n, rank, tally = call.arrays, call.size, call.rank, call.tally
     lengths = list(lengths)
     out_shape = with_dim(x.shape, dim, sum(lengths))
     recv_shapes = [with_dim(x.shape, dim, length) for length in lengths]
     src = x if arrays.is_contiguous(x) else x.contiguous() if is_torch(x) else x.copy()
     if src is not x:
-        stats.pack_copies += 1
+        tally.packs += 1
     flat = src.reshape(-1)
     if dst is None and len(set(lengths)) == 1:
         # Equal pieces: one native all-gather, straight into the result when dim leads.
         direct = numel(out_shape[:dim]) == 1
-        out = alloc(arrays, stats, out_shape, like=x)
-        recv = out.reshape(-1) if direct else alloc(arrays, stats, [numel(out_shape)], like=x)
-        stats.received_at(data_ptr(recv))
+        out = alloc(arrays, tally, out_shape, like=x)
+        recv = out.reshape(-1) if direct else alloc(arrays, tally, [numel(out_shape)], like=x)
+        tally.landing = data_ptr(recv)
         call.adapter.allgather(arrays.bytes_of(recv), arrays.bytes_of(flat), call.op)
         if not direct:
             for view, start in zip(segments(recv, recv_shapes), offsets(lengths)):
                 arrays.copy(narrow(out, dim, start, lengths[0]), view)
-            stats.unpack_copies += 1
+            tally.unpacks += 1
         return out
     if dst is None:
         # Uneven all_gather: pad every piece to the longest, gather, then compact.
         longest = max(numel(s) for s in recv_shapes)
-        padded = alloc(arrays, stats, [longest], like=x)
+        padded = alloc(arrays, tally, [longest], like=x)
         padded[: flat.shape[0]] = flat
-        recv = alloc(arrays, stats, [longest * n], like=x)
+        recv = alloc(arrays, tally, [longest * n], like=x)
         call.adapter.allgather(arrays.bytes_of(recv), arrays.bytes_of(padded), call.op)
-        out = alloc(arrays, stats, out_shape, like=x)
+        out = alloc(arrays, tally, out_shape, like=x)
         for i, (shape, start) in enumerate(zip(recv_shapes, offsets(lengths))):
             if lengths[i]:
                 piece = recv[i * longest : i * longest + numel(shape)].reshape(tuple(shape))
                 arrays.copy(narrow(out, dim, start, lengths[i]), piece)
-        stats.pack_copies += 1
-        stats.unpack_copies += 1
+        tally.packs += 1
+        tally.unpacks += 1
         return out
     send_shapes = [with_dim(x.shape, dim, lengths[rank] if j == dst else 0) for j in range(n)]
     mine = recv_shapes if rank == dst else [with_dim(x.shape, dim, 0)] * n
@@ -81,20 +81,20 @@ def reduce_scatter_core(call: CallState, x: Array, d: int, op: str) -> Array:
     # Every rank's piece r arrives stacked [N, *piece]; the reduction runs in rank order, so
     # every engine and every run gives the same bits.
     stacked = exchange_packed(call, send, send_shapes, [piece_shape] * n, [n * piece_shape[0], *piece_shape[1:]], 0, x)
-    call.stats.allocated_bytes += numel(piece_shape) * arrays.itemsize(x)  # the accumulator
+    call.tally.allocated += numel(piece_shape) * arrays.itemsize(x)  # the accumulator
     return arrays.stack_reduce(stacked.reshape((n, *piece_shape)), op)
 
 
 def reorder(call: CallState, x: Array, step: Reorder) -> Array:
     """The pieces of ``x`` along ``step.dim`` in ``step.order`` (``steps.Reorder``): one copy."""
     starts = offsets(step.lengths)
-    out = alloc(call.arrays, call.stats, x.shape, like=x)
+    out = alloc(call.arrays, call.tally, x.shape, like=x)
     at = 0
     for piece in step.order:
         length = step.lengths[piece]
         call.arrays.copy(narrow(out, step.dim, at, length), narrow(x, step.dim, starts[piece], length))
         at += length
-    call.stats.pack_copies += 1
+    call.tally.packs += 1
     return out
 
 
@@ -102,7 +102,7 @@ def exchange_rows(call: CallState, x: Array, segments_: Sequence[tuple[Sequence[
     """Rows of ``x`` along dim 0 out and in by each segment's counts (``steps.AllToAllV``), one
     engine call per segment, each writing straight into its block of the result."""
     xt = contiguous(call, x)
-    arrays, stats = call.arrays, call.stats
+    arrays, tally = call.arrays, call.tally
     if getattr(call.adapter, "pairwise", False):
         return _rows_pairwise(call, xt, segments_)
     if len(segments_) == 1:
@@ -111,7 +111,7 @@ def exchange_rows(call: CallState, x: Array, segments_: Sequence[tuple[Sequence[
         return exchange_packed(call, xt.reshape(-1), [[k, *trail] for k in send], [[k, *trail] for k in recv],
                                [sum(recv), *trail], 0, xt)
     row_bytes = numel(xt.shape[1:]) * arrays.itemsize(xt)
-    out = alloc(arrays, stats, [sum(sum(r) for _, r in segments_), *xt.shape[1:]], like=xt)
+    out = alloc(arrays, tally, [sum(sum(r) for _, r in segments_), *xt.shape[1:]], like=xt)
     sent = received = 0
     for sends, recvs in segments_:
         s_rows, r_rows = sum(sends), sum(recvs)
@@ -126,17 +126,17 @@ def _rows_pairwise(call: CallState, xt: Array, segments_: Sequence[tuple[Sequenc
     """``exchange_rows`` as one message per peer and segment with rows to move (gloo): rows are
     runs of ``x`` and of the result, so nothing is packed, and a peer with no rows gets no
     message; the own rows are copied once the others have arrived."""
-    arrays, rank, stats = call.arrays, call.rank, call.stats
+    arrays, rank, tally = call.arrays, call.rank, call.tally
     trail = list(xt.shape[1:])
-    out = alloc(arrays, stats, [sum(sum(r) for _, r in segments_), *trail], like=xt)
-    stats.received_into_result(out)
+    out = alloc(arrays, tally, [sum(sum(r) for _, r in segments_), *trail], like=xt)
+    tally.landing = out
     sent = received = 0
     for sends, recvs in segments_:
         send_at, recv_at = [sent + o for o in offsets(sends)], [received + o for o in offsets(recvs)]
         recv_views = [(p, out[recv_at[p] : recv_at[p] + c].reshape(-1)) for p, c in enumerate(recvs) if c and p != rank]
         send_views = [(q, xt[send_at[q] : send_at[q] + c].reshape(-1)) for q, c in enumerate(sends) if c and q != rank]
         if recv_views or send_views:
-            call.adapter.exchange_pairs(recv_views, send_views, call.op, stats)
+            call.adapter.exchange_pairs(recv_views, send_views, call.op, tally)
         if sends[rank]:
             arrays.copy(out[recv_at[rank] : recv_at[rank] + recvs[rank]], xt[send_at[rank] : send_at[rank] + sends[rank]])
         sent, received = sent + sum(sends), received + sum(recvs)
@@ -174,7 +174,7 @@ class BoxRun:
         if self.form is not None:  # counted by the executor (``counts``)
             out = k.arrays.empty(self.out_shape, like=xt)
         else:
-            out = alloc(k.arrays, k.stats, self.out_shape, like=xt)
+            out = alloc(k.arrays, k.tally, self.out_shape, like=xt)
         if self.step.fill_op is not None:
             out = k.arrays.full_like(out, k.arrays.identity(xt, self.step.fill_op))
         return out, (lambda: [k.arrays.copy(out[_slices(box, self.target)], xt[_slices(box, self.held)])
@@ -204,7 +204,7 @@ class BoxRun:
 
     def _messages(self, k: CallState, xt: Array) -> Any:
         """Each peer's piece, packed (where it is not a run of the input) into its own part of one buffer."""
-        arrays, stats = k.arrays, k.stats
+        arrays, tally = k.arrays, k.tally
         as_is = {}
         for q, boxes in self.by_dst.items():
             view = xt[_slices(boxes[0], self.held)] if len(boxes) == 1 else None
@@ -213,7 +213,7 @@ class BoxRun:
         pack, base = None, 0
         if len(as_is) < len(self.by_dst):  # the pack buffer first, before any message leaves
             pack = pack_buffer(k, sum(self.send_counts.values()), like=xt)
-            stats.pack_copies += 1
+            tally.packs += 1
         for q, boxes in sorted(self.by_dst.items()):
             if q in as_is:
                 yield q, as_is[q]
@@ -229,14 +229,14 @@ class BoxRun:
     def exchange(self, k: CallState, xt: Array, out: Array, packed: list | None, meanwhile: Any) -> None:
         """Receive into ``out``, send ``packed`` (or pack now, after the receives are posted);
         ``meanwhile()``, if given, runs once every send is under way (the rank's own part)."""
-        arrays, stats = k.arrays, k.stats
+        arrays, tally = k.arrays, k.tally
         landing, unpack = [], []
         for p, boxes in sorted(self.by_src.items()):
             view = out[_slices(boxes[0], self.target)] if len(boxes) == 1 else None
             if view is not None and arrays.is_contiguous(view):
                 landing.append((p, view.reshape(-1)))
             else:
-                side = alloc(arrays, stats, [self.recv_counts[p]], like=xt)
+                side = alloc(arrays, tally, [self.recv_counts[p]], like=xt)
                 landing.append((p, side))
                 unpack.append((side, boxes))
 
@@ -246,7 +246,7 @@ class BoxRun:
                 meanwhile()
 
         k.adapter.exchange_pairs([(p, arrays.bytes_of(b)) for p, b in landing],
-                                   ((q, arrays.bytes_of(b)) for q, b in messages()), k.op, stats)
+                                   ((q, arrays.bytes_of(b)) for q, b in messages()), k.op, tally)
         for side, boxes in unpack:
             at = 0
             for box in boxes:
@@ -254,6 +254,6 @@ class BoxRun:
                 arrays.copy(out[_slices(box, self.target)], side[at : at + n].reshape(tuple(b - a for a, b in box)))
                 at += n
         if unpack:
-            stats.unpack_copies += 1
+            tally.unpacks += 1
 
 

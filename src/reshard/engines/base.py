@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from ..stats import ExchangeStats
+from ..stats import Tally
 from ..steps import AllToAll
 
 
@@ -23,7 +23,7 @@ class CallState(Protocol):
     rank: int
     size: int
     arrays: Any  # the array backend (``reshard.arrays``) of the tensors in flight
-    stats: ExchangeStats
+    tally: Tally
     adapter: Engine
 
 
@@ -72,15 +72,15 @@ class Engine(Protocol):
         packs before its exchange; None where it does not (its result is the form's ``prepared``)."""
 
     def exchange_pairs(self, recvs: Sequence[tuple[int, Any]], sends: Iterable[tuple[int, Any]], what: str,
-                       stats: ExchangeStats | None = None) -> None:
+                       tally: Tally | None = None) -> None:
         """Point-to-point messages: each ``(peer, buffer)`` of ``recvs`` received, each one ``sends``
         yields sent as it yields it; at most one message per pair of ranks and direction. Memory
-        the engine takes for them is counted in ``stats``."""
+        the engine takes for them is noted in ``tally``."""
 
     def send_buffer(self, count: int, like: Any) -> Any:
         """A 1-D buffer of ``count`` elements like ``like`` for the next exchange's packed
         messages, where the engine reads them from a place of its own; else None. Its growth is
-        counted by ``exchange_pairs``, in that exchange's ``stats``."""
+        noted by ``exchange_pairs``, in that exchange's ``tally``."""
 
     def subgroup(self, groups: Sequence[Sequence[int]]) -> Engine:
         """Collective: the engine of this rank's group among ``groups`` (disjoint, covering)."""

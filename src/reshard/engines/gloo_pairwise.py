@@ -52,9 +52,9 @@ def pairwise_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
     own = bool(lengths[rank] and recv_counts[rank])
 
     def run(k: CallState, xt: Any, prepared: Any = None) -> Any:
-        stats = k.stats
-        out = alloc(arrays, stats, result_shape, like=xt)
-        landing = out.reshape(-1) if direct else alloc(arrays, stats, [remote_in], like=xt)
+        tally = k.tally
+        out = alloc(arrays, tally, result_shape, like=xt)
+        landing = out.reshape(-1) if direct else alloc(arrays, tally, [remote_in], like=xt)
         recvs = [(i, landing[a:b]) for i, a, b in receives]
 
         def sends() -> Iterator[tuple[int, Any]]:  # runs once the receives are posted
@@ -67,12 +67,12 @@ def pairwise_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
             if own:  # while the others' pieces arrive
                 arrays.copy(narrow(out, c, out_starts[rank], lengths[rank]), narrow(xt, s, send_starts[rank], send_sizes[rank]))
 
-        k.adapter.exchange_pairs(recvs, sends(), k.op, stats)
+        k.adapter.exchange_pairs(recvs, sends(), k.op, tally)
         if not runs_in and remote_out:
-            stats.pack_copies += 1
+            tally.packs += 1
         if not direct:
             unpack_others(k, out, landing, recv_shapes, c)
-        stats.received_at(data_ptr(landing))
+        tally.landing = data_ptr(landing)
         return out
 
     return run

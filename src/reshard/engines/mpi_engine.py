@@ -300,7 +300,7 @@ class MPIEngine:
             return None
         return lambda: PeerSend(call, x, split_dim, send_sizes).both()
 
-    def exchange_pairs(self, recvs: Any, sends: Any, what: str, stats: Any = None) -> None:
+    def exchange_pairs(self, recvs: Any, sends: Any, what: str, tally: Any = None) -> None:
         """Point-to-point messages: receive each ``(peer, buffer)`` of ``recvs``; send each one
         ``sends`` yields, as it yields it. Buffers are contiguous 1-D arrays or CPU tensors; at
         most one message per pair of ranks and direction, of exactly the receiver's length."""

@@ -132,7 +132,7 @@ class PeerSend:
             return
         lo_count = self.before * own_start * self.after
         hi_count = self.before * (x.shape[s] - own_end) * self.after
-        buf = scratch(arrays, call.stats, lo_count + hi_count, like=x)
+        buf = scratch(arrays, call.tally, lo_count + hi_count, like=x)
         self.views = [buf[:lo_count], buf[lo_count:]]
         self.done = [False, False]
         self.x3 = x.reshape(self.before, x.shape[s], self.after) if arrays.is_contiguous(x) else None
@@ -169,7 +169,7 @@ class PeerSend:
                 if m:
                     arrays.copy(view[at : at + m].reshape(tuple(shape)), narrow(x, self.s, starts[j], sizes[j]))
                 at += m
-        self.call.stats.pack_copies = max(self.call.stats.pack_copies, 1)  # both sides: one copy of x
+        self.call.tally.packs = max(self.call.tally.packs, 1)  # both sides: one copy of x
         return view
 
 
@@ -184,10 +184,10 @@ def adjacent(call: CallState, x: Any, sent: PeerSend) -> Any:
         return hi
     if data_ptr(lo) + n_lo * item == data_ptr(hi):
         return as_run(lo, n_lo + n_hi)
-    buf = scratch(call.arrays, call.stats, n_lo + n_hi, like=x)
+    buf = scratch(call.arrays, call.tally, n_lo + n_hi, like=x)
     call.arrays.copy(buf[:n_lo], lo)
     call.arrays.copy(buf[n_lo:], hi)
-    call.stats.pack_copies += 1
+    call.tally.packs += 1
     return buf
 
 
@@ -205,12 +205,12 @@ def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
     """Own piece copied straight from ``x``; the others in one engine call with the own count
     0, into the result itself when the stacked pieces are the result, else into a side buffer
     that is unpacked once."""
-    arrays, rank, n, stats = call.arrays, call.rank, call.size, call.stats
+    arrays, rank, n, tally = call.arrays, call.rank, call.size, call.tally
     s, c, send_sizes, recv_shapes, out_shape = g.split_dim, g.concat_dim, g.send_sizes, g.recv_shapes, g.out_shape
     item = arrays.itemsize(x)
     send_bytes = [numel(with_dim(x.shape, s, k)) * item for k in send_sizes]
     recv_bytes = [numel(shape) * item for shape in recv_shapes]
-    out = alloc(arrays, stats, out_shape, like=x)
+    out = alloc(arrays, tally, out_shape, like=x)
     lengths = [shape[c] for shape in recv_shapes]
     starts = offsets(lengths)
     own_at, own_len = sum(recv_bytes[:rank]) // item, recv_bytes[rank] // item
@@ -222,10 +222,10 @@ def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
     if shifted:
         flat = out.reshape(-1)
         temp = flat[: own_at + hi_len]
-        stats.received_at(data_ptr(out))
+        tally.landing = data_ptr(out)
     else:
-        temp = alloc(arrays, stats, [(sum(recv_bytes) - recv_bytes[rank]) // item], like=x)
-        stats.received_at(data_ptr(temp))
+        temp = alloc(arrays, tally, [(sum(recv_bytes) - recv_bytes[rank]) // item], like=x)
+        tally.landing = data_ptr(temp)
     if n > 1:  # [lower | higher] pieces in one run on each side; own count 0
         own_out = [v if j != rank else 0 for j, v in enumerate(send_bytes)]
         own_in = [v if i != rank else 0 for i, v in enumerate(recv_bytes)]
@@ -236,7 +236,7 @@ def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
             start = max(own_at, end - own_len)
             arrays.copy(flat[start + own_len : end + own_len], flat[start:end])
             end = start
-        stats.unpack_copies += 1
+        tally.unpacks += 1
     if lengths[rank] and numel(recv_shapes[rank]):
         own_start = sum(send_sizes[:rank])
         arrays.copy(narrow(out, c, starts[rank], lengths[rank]), narrow(x, s, own_start, send_sizes[rank]))

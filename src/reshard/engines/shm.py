@@ -96,7 +96,7 @@ class Outbox:
         self.maps: list[tuple[int, int, Any]] = []  # (address, length, tensor): every mapping stays valid
         self.cursor = 0
         self.high_water = 0  # the furthest any exchange has written: the memory in use
-        self.unreported = 0  # the new high-water mark, not yet counted in a call's stats
+        self.unreported = 0  # the new high-water mark, not yet counted in a call's tally
         self._grow(capacity)
         self.token = np.frombuffer(os.urandom(_TOKEN_BYTES), dtype=np.int64).copy()
         self.view(0, _TOKEN_BYTES).numpy()[:] = self.token.view(np.uint8)

@@ -167,7 +167,7 @@ class TorchEngine:
 
     def exchange_pairs(
         self, recvs: Sequence[tuple[int, torch.Tensor]], sends: Iterable[tuple[int, torch.Tensor]], what: str,
-        stats: Any = None,
+        tally: Any = None,
     ) -> None:
         """Point-to-point messages: receive each ``(peer, buffer)`` of ``recvs``; send each one
         that ``sends`` yields, as it yields it (the caller's pack of the next piece runs while
@@ -178,7 +178,7 @@ class TorchEngine:
 
         A same-host peer (``engines.shm``) gets a note instead: where the message lies in this
         rank's outbox (a buffer from ``send_buffer`` lies there already; any other is copied
-        in; the outbox's growth is counted in ``stats``). It reads the bytes straight into its
+        in; the outbox's growth is counted in ``tally``). It reads the bytes straight into its
         buffer and acknowledges; this returns once every peer has. The notes and their
         acknowledgements go through shared memory too where they can (``shm_notes``), else
         as gloo messages."""
@@ -232,8 +232,8 @@ class TorchEngine:
         finally:
             if local is not None:
                 local.outbox.cursor = 0
-                if stats is not None:  # the outbox grew for this exchange: all of it, as ``scratch`` counts
-                    stats.allocated_bytes += local.outbox.unreported
+                if tally is not None:  # the outbox grew for this exchange: all of it, as ``scratch`` counts
+                    tally.allocated += local.outbox.unreported
                     local.outbox.unreported = 0
         if failed is not None:
             raise RankFailed(f"rank {self.rank}: {what}: {failed}")
