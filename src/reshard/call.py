@@ -62,7 +62,7 @@ def _op_code(op: str) -> int:
 
 def _op_bytes(op: str) -> np.ndarray:
     raw = op.encode()[:64]
-    return np.frombuffer(raw + b"\0" * (64 - len(raw)), dtype=np.uint8)
+    return np.frombuffer(raw + b"\0" * (64 - len(raw)), dtype=np.uint8).copy()  # writable: torch warns on a read-only one
 
 
 def _signature(op: str, x: Any, check: bool, args: tuple) -> tuple | None:

@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import agreement
 from .comm import current_or_none
-from .errors import InvalidArgument, MismatchError, ReshardError, UnsupportedDType
+from .errors import InvalidArgument, UnsupportedDType
 from .layout import (
     Partial,
     Placement,
@@ -39,8 +38,9 @@ __all__ = ["fftn", "ifftn", "rfftn", "irfftn", "output_layout"]
 
 Array = Any
 NORMS = ("backward", "ortho", "forward")
-# What every rank must pass alike, each sent as a digest in the exchange of the pieces' shapes.
-AGREED = ("transform", "dims", "dtype", "src", "axes", "s", "dst", "norm", "backend")
+# What every rank must pass alike besides the op, dtype and dims: each sent as a digest in the
+# call's record (the common agreement, which carries the pieces' shapes too).
+ARGS = ("src", "axes", "s", "dst", "norm", "backend")
 
 
 @dataclass(frozen=True)
@@ -217,43 +217,25 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
          s: Sequence[int] | None = None, check: bool | None = None) -> Array:
     import numpy as np
 
-    from . import ops
+    from . import execute, ops
+    from .call import Call
 
     torch_in = type(x).__module__.split(".")[0] == "torch"
-    a, error, layout, lib, want, fields = x, None, (), None, None, {}
-    comm = mesh.comm if isinstance(mesh, Mesh) else current_or_none()  # without a mesh: the peers' likely one
-    try:  # this rank's arguments; every rank learns below whether any rank's were wrong
-        if not isinstance(mesh, Mesh):
-            raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
-        if torch_in:
-            try:
-                a = x.detach().cpu().numpy()
-            except TypeError as exc:  # a dtype numpy has no kind for (bfloat16)
-                raise UnsupportedDType(f"x has dtype {x.dtype}, which numpy's FFT cannot take ({exc})") from None
-        if norm not in NORMS:
-            raise InvalidArgument(f"norm must be one of {NORMS}, got {norm!r}")
-        lib = _backend(backend)
-        if not isinstance(a, np.ndarray):
-            raise InvalidArgument(f"x must be a numpy array or torch tensor, got {type(x).__name__}")
-        if kind == "rfft" and a.dtype.kind == "c":
-            raise UnsupportedDType(f"rfftn takes real values, got {a.dtype}")
-        if a.dtype.kind not in "fc":
-            raise UnsupportedDType(f"x has dtype {a.dtype}: the FFT takes floating or complex values")
-        if s is not None:
-            s = tuple(check_int("s", n) for n in _sequence(s, "s"))
-        layout, axes = _canonical(a.shape, mesh.shape, src, axes, s)
-        if s is not None:
-            if len(s) != len(axes):
-                raise InvalidArgument(f"s {list(s)} needs one length per transformed axis ({len(axes)})")
-        if dst is not None:
-            want = _layout_of(dst, a.ndim, mesh.shape, "dst")
-        fields = dict(zip(AGREED, (f"{kind}n", a.ndim, str(a.dtype), list(layout), list(axes), s,
-                                   want and list(want), norm, backend), strict=True))
-    except ReshardError as exc:
-        if comm is None:  # no communicator to tell the others through
-            raise
-        error = exc
-    shape = _global_shape(ops, comm, mesh, a, layout, error, fields)
+    if not isinstance(mesh, Mesh) and current_or_none() is None:  # no communicator to tell the others through
+        raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
+    # every rank's arguments and piece shape in the common agreement (one exchange of records):
+    # every rank raises when any rank's were not valid, or when they differ
+    call = Call(f"{kind}n", x, mesh.comm if isinstance(mesh, Mesh) else None, check, ARGS)
+    checked = call.validate(lambda _: _arguments(x, mesh, src, axes, s, dst, norm, backend, kind, torch_in, call))
+    a, layout, axes, s, want, lib = checked if checked is not None else (x, (), (), s, None, None)
+    shapes = call.agree(free_dims=sorted({p.dim for p in layout if isinstance(p, Shard)}), need_shapes=True)
+    shape, bad = global_shape_of(shapes, layout, mesh.shape)
+    if bad is not None:
+        want_piece = tuple(b - a for a, b in mesh_region(shape, layout, unravel(bad, mesh.shape), mesh.shape))
+        raise InvalidArgument(f"rank {bad} holds a piece of shape {list(shapes[bad])}, but {list(layout)} of "
+                              f"the global shape {list(shape)} gives it {list(want_piece)} (shards follow the "
+                              "balanced rule)")
+    execute.finish(call, None)
     empty = [ax for ax in axes if shape[ax] == 0]
     if empty:  # every rank: the shape is the global one
         raise InvalidArgument(f"axis {empty[0]} of the global shape {list(shape)} has length 0: a transformed axis "
@@ -288,40 +270,44 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
     return a
 
 
-def _global_shape(ops: Any, comm: Any, mesh: Mesh, a: Any, layout: Sequence[Placement], error: Exception | None,
-                  fields: dict[str, Any]) -> tuple[int, ...]:
-    """The global shape from every rank's piece, in one small all-gather that also carries
-    whether each rank's arguments were valid and a digest of each argument that must be the
-    same on every rank (``fields``): every rank raises when any rank's were not valid, or
-    when they differ."""
+def _arguments(x: Array, mesh: Any, src: Any, axes: Any, s: Any, dst: Any, norm: str, backend: str, kind: str,
+               torch_in: bool, call: Any) -> tuple:
+    """This rank's arguments checked: (its piece as numpy, layout, axes, s, dst's layout, the
+    FFT library); each argument every rank must pass alike goes in ``call``'s record."""
     import hashlib
 
     import numpy as np
 
-    shape_in = [int(v) for v in getattr(a, "shape", ())][:3] if error is None else []
+    if not isinstance(mesh, Mesh):
+        raise InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}")
+    a = x
+    if torch_in:
+        try:
+            a = x.detach().cpu().numpy()
+        except TypeError as exc:  # a dtype numpy has no kind for (bfloat16)
+            raise UnsupportedDType(f"x has dtype {x.dtype}, which numpy's FFT cannot take ({exc})") from None
+    if norm not in NORMS:
+        raise InvalidArgument(f"norm must be one of {NORMS}, got {norm!r}")
+    lib = _backend(backend)
+    if not isinstance(a, np.ndarray):
+        raise InvalidArgument(f"x must be a numpy array or torch tensor, got {type(x).__name__}")
+    if kind == "rfft" and a.dtype.kind == "c":
+        raise UnsupportedDType(f"rfftn takes real values, got {a.dtype}")
+    if a.dtype.kind not in "fc":
+        raise UnsupportedDType(f"x has dtype {a.dtype}: the FFT takes floating or complex values")
+    if s is not None:
+        s = tuple(check_int("s", n) for n in _sequence(s, "s"))
+    layout, axes = _canonical(a.shape, mesh.shape, src, axes, s)
+    if s is not None and len(s) != len(axes):
+        raise InvalidArgument(f"s {list(s)} needs one length per transformed axis ({len(axes)})")
+    want = _layout_of(dst, a.ndim, mesh.shape, "dst") if dst is not None else None
+    values = (list(layout), list(axes), s, want and list(want), norm, backend)
     digests = [int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=8).digest(), "little", signed=True)
-               for v in fields.values()]
-    row = [0 if error is None else 1, *(digests or [0] * len(AGREED)), *shape_in, *[0] * (3 - len(shape_in))]
-    every = np.asarray(ops.all_gather(np.array([row], dtype=np.int64), 0, comm=comm))
-    bad = [r for r in range(len(every)) if every[r, 0]]
-    if bad:
-        if error is not None:
-            raise error
-        raise InvalidArgument(f"rank {bad[0]} rejected its arguments to the FFT (its own error says why)")
-    for k, (name, value) in enumerate(fields.items()):
-        column = every[:, 1 + k].tolist()
-        if len(set(column)) > 1:
-            mine = column[comm.rank]
-            groups = agreement.describe_disagreement(name, column, lambda d, v=value, m=mine: repr(v) if d == m else "another value")
-            raise MismatchError(f"rank {comm.rank}: {fields['transform']}: {groups} (each rank's arguments "
-                                "to the FFT must be the same)")
-    pieces = every[:, 1 + len(AGREED) : 1 + len(AGREED) + len(shape_in)].tolist()
-    shape, bad = global_shape_of(pieces, layout, mesh.shape)
-    if bad is not None:
-        want = tuple(b - a for a, b in mesh_region(shape, layout, unravel(bad, mesh.shape), mesh.shape))
-        raise InvalidArgument(f"rank {bad} holds a piece of shape {pieces[bad]}, but {list(layout)} of "
-                              f"the global shape {list(shape)} gives it {list(want)} (shards follow the balanced rule)")
-    return shape
+               for v in values]
+    call.record.args = tuple(digests)
+    for name, value, mine in zip(ARGS, values, digests):  # a differing argument shown by its value here
+        call.arg_text[name] = lambda d, v=value, m=mine: repr(v) if d == m else "another value"
+    return a, layout, axes, s, want, lib
 
 
 def fftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst: Any = None,

@@ -24,7 +24,7 @@ from .call import start as start_call
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
 from .hot_replay import MISS, replay_hot
-from .layout import REDUCE_OPS, Shard, normalize_dim, shard_sizes
+from .layout import REDUCE_OPS, Shard, normalize_dim
 from .mesh import Mesh
 from .stats import ExchangeStats, last_exchange
 
@@ -82,8 +82,8 @@ def all_to_all(
     if args is not None:
         call.record.args = (args.split_dim, args.concat_dim, validate.ALGORITHMS.index(args.algorithm))
         call.record.split_sizes = args.split_sizes
-        own = args.split_sizes or tuple(shard_sizes(call.x.shape[args.split_dim], call.size))
-        if args.algorithm == "flat":  # the flat exchange's pack ("auto" across hosts may choose two levels)
+        if args.algorithm == "flat":  # the flat plan's pack ("auto" across hosts may choose two levels)
+            own = planner.all_to_all_send(call.x.shape, args.split_dim, call.size, args.split_sizes)
             prepare = execute.prepare_send(call, call.x, args.split_dim, own)
     shapes = call.agree(free_dims=(args.concat_dim,) if args else (), prepare=prepare)
     algorithm = args.algorithm

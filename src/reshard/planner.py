@@ -55,13 +55,21 @@ def _numel(shape: Sequence[int]) -> int:
     return n
 
 
+def all_to_all_send(shape: Sequence[int], split_dim: int, size: int,
+                    split_sizes: Sequence[int] | None = None) -> tuple[int, ...]:
+    """What a rank whose input has ``shape`` sends each rank in ``all_to_all``'s plan (lengths
+    along ``split_dim``): known before the agreement, so its pack may start while the records
+    travel."""
+    return tuple(split_sizes) if split_sizes is not None else tuple(shard_sizes(int(shape[split_dim]), size))
+
+
 def all_to_all(rank: int, shapes: Sequence[Shape], split_dim: int, concat_dim: int,
                split_sizes: Sequence[int] | None = None) -> RankPlan:
     """``all_to_all`` given every rank's input shape; ``split_sizes`` (the same on every rank)
     or else each rank's balanced split of its ``split_dim``."""
     n, s, c = len(shapes), split_dim, concat_dim
     mine = tuple(int(v) for v in shapes[rank])
-    send = tuple(split_sizes) if split_sizes is not None else tuple(shard_sizes(mine[s], n))
+    send = all_to_all_send(mine, s, n, split_sizes)
     if split_sizes is not None:  # every rank cuts the same way: rank i sends split_sizes[rank]
         pieces = [send[rank]] * n
     else:
@@ -199,6 +207,21 @@ def redistribute(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
     if src == dst:
         return RankPlan("redistribute", rank, size, ())
     return RankPlan("redistribute", rank, size, _mesh(MeshPlan(shape, src, dst, mesh_shape, rule), rank))
+
+
+def first_send(local_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
+               mesh_shape: Sequence[int], rule: str = "balanced") -> tuple[int, tuple[int, ...]] | None:
+    """(split dim, lengths sent to each rank) of the all_to_all a world's ``redistribute``
+    plan starts with, from this rank's own piece alone (so its pack may start while the
+    records travel, before the global shape is agreed); None where the plan starts otherwise."""
+    if len(mesh_shape) != 1:
+        return None
+    src, dst = normalized(src, len(local_shape)), normalized(dst, len(local_shape))
+    a, b = src[0], dst[0]
+    if not (isinstance(a, Shard) and isinstance(b, Shard)) or a.dim == b.dim:
+        return None
+    # dst's dim is whole on every rank: the split of its length is the plan's (``_as_collective``)
+    return b.dim, tuple(split_sizes(int(local_shape[b.dim]), int(mesh_shape[0]), rule))
 
 
 def normalized(placements: Sequence[Placement], ndim: int) -> tuple[Placement, ...]:

@@ -15,7 +15,7 @@ from .call import Call, begin, refuse, wants_grad
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .hot_replay import MISS, replay_hot
-from .layout import Partial, Shard, global_shape_of, mesh_region, parse_placements, shard_sizes, unravel
+from .layout import Partial, Shard, global_shape_of, mesh_region, parse_placements, unravel
 from .mesh import Mesh
 
 Array = Any
@@ -56,9 +56,9 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
         call.numpy_in = False
         return execute.finish(call, x)  # the caller's own object: nothing moved, nothing copied
     prepare = None
-    if args is not None and world and rule == "balanced" and all(isinstance(p, Shard) for p in (*args.src, *args.dst)):
-        s = args.dst[0].dim  # the world's Shard -> Shard is one all_to_all: its pack, while the records travel
-        prepare = execute.prepare_send(call, call.x, s, shard_sizes(call.x.shape[s], call.size))
+    first = planner.first_send(call.x.shape, args.src, args.dst, mesh_shape, rule) if args is not None else None
+    if first is not None:  # the plan starts with the world's all_to_all: its pack, while the records travel
+        prepare = execute.prepare_send(call, call.x, *first)
     needs_lengths = args is not None and args.global_shape is None and bool(free)
     shapes = call.agree(free_dims=free, need_shapes=needs_lengths, prepare=prepare)
     gshape = args.global_shape
