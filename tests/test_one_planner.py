@@ -89,3 +89,20 @@ def test_a_world_shard_change_is_the_engines_all_to_all_and_a_nested_one_is_boxe
     assert [type(s) for s in nested.steps] == [ExchangeBoxes]
     one_dim = planner.redistribute((8, 6), parse_placements("R,S(0)"), parse_placements("R,S(1)"), (2, 2), 3)
     assert [type(s) for s in one_dim.steps] == [OnMeshDim] and one_dim.steps[0].mesh_dim == 1
+
+
+@pytest.mark.parametrize("mesh", [(3,), (2, 2), (2, 3)])
+def test_a_change_the_layouts_say_moves_nothing_receives_nothing(mesh):
+    """``MeshPlan.moves`` answers from the layouts where every rank holds its target already;
+    the box listing of every rank agrees, and where it does not say so the geometry decides."""
+    said = 0
+    for src in itertools.product(["S(0)", "S(1)", "R"], repeat=len(mesh)):
+        for dst in itertools.product(["S(0)", "S(1)", "R"], repeat=len(mesh)):
+            plan = MeshPlan((7, 5), parse_placements(",".join(src)), parse_placements(",".join(dst)), mesh)
+            if plan._held_covers_target():
+                said += 1
+                assert not any(plan.recvs(q) for q in range(plan.size)), (src, dst)
+                assert not plan.moves()
+            else:
+                assert plan.moves() == plan.geometry.moves(), (src, dst)
+    assert said > 0

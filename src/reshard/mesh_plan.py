@@ -307,6 +307,19 @@ class MeshPlan(_Transfers):
             return m, "all_gather"
         return None
 
+    def _held_covers_target(self) -> bool:
+        """True where every rank already holds its whole target (so nothing moves): along each
+        tensor dim, the mesh dims that split it in the source are the first of those that split
+        it in the destination, in order (a Replicate becoming a Shard, a Shard split further).
+        Worked out from the layouts alone, without the per-rank geometry."""
+        src, dst = self.exchange.src, self.exchange.dst
+        for d in range(len(self.shape)):
+            cut = [m for m, p in enumerate(src) if isinstance(p, Shard) and p.dim == d]
+            into = [m for m, p in enumerate(dst) if isinstance(p, Shard) and p.dim == d]
+            if cut != into[: len(cut)]:
+                return False
+        return True
+
     def local_work(self) -> bool:
         """Whether a rank's result is more than its input as it stands after the reductions
         (a Partial destination's fill, or a layout that keeps only part of what a rank holds)."""
@@ -314,6 +327,8 @@ class MeshPlan(_Transfers):
 
     def moves(self) -> bool:
         """Whether the exchange moves anything on any rank (every rank takes the same steps)."""
+        if self._held_covers_target():
+            return False
         if self.geometry is not None:
             return self.geometry.moves()
         return any(self.recvs(q) for q in range(self.size))

@@ -247,15 +247,14 @@ def _mesh(plan: MeshPlan, rank: int) -> tuple[Step, ...]:
             local[red.dim] = _piece(local[red.dim], k, coord[red.mesh_dim])
         else:
             steps += _on_mesh_dim(plan.mesh_shape, red.mesh_dim, "all_reduce", _all_reduce_steps(local, k, red.op))
+    typed = _as_collective(plan, coord, tuple(local))  # also when every piece is empty: the same steps
+    if typed is not None:
+        return (*steps, *typed)
     moves = plan.moves()
     if moves or plan.local_work():  # the same answer on every rank: every rank takes the step
-        typed = _as_collective(plan, coord, tuple(local))  # also when every piece is empty: the same steps
-        if typed is not None:
-            steps += typed
-        else:
-            sends, recvs = plan.rank_exchange(rank)
-            steps.append(ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs),
-                                       tuple(plan.kept(rank)), plan.fill_op, moves))
+        sends, recvs = plan.rank_exchange(rank) if moves else ([], [])
+        steps.append(ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs),
+                                   tuple(plan.kept(rank)), plan.fill_op, moves))
     return tuple(steps)
 
 
