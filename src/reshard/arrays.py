@@ -1,6 +1,6 @@
 """Array backends: the few array operations the exchange needs, for torch tensors and numpy arrays.
 
-The ops layer packs and unpacks through a arrays so one implementation serves both array
+The step forms pack and unpack through a backend, so one implementation serves both array
 libraries (the torch engine works on tensors, the MPI engine on numpy buffers). torch is only
 imported when a torch tensor is actually seen.
 """

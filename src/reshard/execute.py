@@ -1,10 +1,11 @@
-"""The executor: ONE loop that runs a plan's typed steps on this rank through the engine.
+"""The executor: one loop that runs a plan's typed steps on this rank through the engine.
 
 ``PlanRun(call, x, plan)`` works out, once per call signature, how each step of the rank's
 ``RankPlan`` runs (the engine's own form of an all-to-all: NCCL all_to_all_single, MPI
 Alltoallw with subarray datatypes, gloo pairs or shared memory; the bodies in ``step_runs``
 for the rest), and calling it runs them in order, each recorded as one ``ExecutedStep`` in the
-call's stats. A replay calls the same object again. Every public collective runs here.
+call's stats (the only writer of those). A replay calls the same object again; every
+public collective's data moves through here.
 """
 
 from __future__ import annotations

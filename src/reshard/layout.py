@@ -169,9 +169,6 @@ def offsets(sizes: Sequence[int]) -> list[int]:
     return out
 
 
-SPLIT_RULES = ("balanced", "chunk")
-
-
 def split_sizes(length: int, parts: int, rule: str = "balanced") -> list[int]:
     """Piece sizes under ``rule``: ``balanced`` (the first ``length % parts`` get one more) or
     ``chunk`` (torch.chunk's, which PyTorch DTensor uses: pieces of ``ceil(length / parts)``,

@@ -4,8 +4,10 @@ Between Shard/Replicate layouts the change is one exchange in which every rank r
 the elements it needs and does not hold, each exactly once, as boxes (products of intervals).
 An element a rank needs comes from the holder nearest to it: the rank that shares its
 coordinates on every mesh dim where the source replicates (itself, when it holds the element),
-so the load spreads over the replicas. Nothing here enumerates rank pairs: a rank's boxes are
-worked out from its own coordinate, and the totals come from per-rank sums.
+so the load spreads over the replicas. A rank's own boxes come from its coordinate alone
+(``rank_exchange``, through ``rank_plan.ExchangeGeometry``) and the totals from vectorised
+per-rank sums; only the small-mesh reports (``bytes_per_rank``, the traffic matrix) and Partial
+destinations (a group's first rank receives what none of the group holds) list every rank's.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Engine adapters: the few primitives the ops need, one small class per engine.
 
-Each adapter offers ``alltoallv`` and ``allgather`` on 1-D uint8 buffers plus ``barrier`` and
-``close``; everything else (packing, shapes, checks) lives above, in ``reshard.ops``.
+Each adapter offers ``alltoallv`` and ``allgather`` on 1-D uint8 buffers, the small exchanges
+of the check, ``barrier`` and ``close``, and its own forms of an exchange (``base.Engine``);
+the plans live above them (``reshard.planner``), and the executor (``reshard.execute``) runs
+their steps through these.
 """

@@ -154,14 +154,12 @@ class MPIEngine:
         """numpy int64 [k] -> numpy int64 [k], the elementwise max over ranks (the replay vote)."""
         return self.start_allreduce_max(values, what)()
 
-    def alltoallw(self, recv: Any, send: Any, recv_types: Sequence[Any], send_types: Sequence[Any], what: str) -> None:
-        """One datatype per peer on each side (from ``subarray``; None for nothing): no pack, no unpack."""
-        self.alltoallw_plan(recv_types, send_types, what)(recv, send)
-
     def alltoallw_plan(
         self, recv_types: Sequence[Any], send_types: Sequence[Any], what: str
     ) -> Callable[[Any, Any], None]:
-        """``alltoallw`` with its argument lists built once: ``run(recv, send)`` per call.
+        """MPI's ``Alltoallw`` with one datatype per peer on each side (from ``subarray``; None
+        for nothing: no pack, no unpack), its argument lists built once: ``run(recv, send)``
+        per call.
 
         The types must stay alive while ``run`` is used: check ``types_epoch`` (it changes
         when this engine frees its cached types)."""
