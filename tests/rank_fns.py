@@ -262,8 +262,10 @@ def user_message_beside_reshard(comm):
 
 def executed_steps(comm, shape, pairs, arrays):
     """For each (src, dst) placement pair: redistribute this rank's part of a pattern tensor
-    twice (the second call a replay) and report the steps each call ran as
-    ``(collective, bytes_sent, bytes_received)``, plus whether the result matched numpy."""
+    five times (the first call; a checked replay; the first unchecked call, whose signature
+    differs; its replay, which leaves a hot replay; the hot replay) and report per call the steps it ran as ``(collective, bytes_sent,
+    bytes_received)`` and whether it says it replayed, whether every call's result matched
+    numpy, and the last result."""
     full = pattern(shape, "float32")
     out = []
     for src, dst in pairs:
@@ -276,18 +278,19 @@ def executed_steps(comm, shape, pairs, arrays):
             import torch
 
             x = torch.from_numpy(x)
-        seen = []
-        for _ in range(2):
-            y = rs.redistribute(x, s_pl, d_pl)
-            seen.append([(s.collective, s.bytes_sent, s.bytes_received) for s in rs.last_exchange().steps])
-        y = np.asarray(y)
+        seen, results = [], []
+        for check in (True, True, False, False, False):
+            y = rs.redistribute(x, s_pl, d_pl, check=check)
+            st = rs.last_exchange()
+            seen.append(([(s.collective, s.bytes_sent, s.bytes_received) for s in st.steps], st.replayed))
+            results.append(np.asarray(y).copy())
         if isinstance(d_pl, rs.Partial):
-            ok = None  # checked by the parent, which sums the ranks' outputs
+            ok = None if all(np.array_equal(r, results[0]) for r in results) else False  # the parent sums them
         else:
             want = placement_slice(full, ("shard", d_pl.dim) if isinstance(d_pl, rs.Shard) else ("replicate",),
                                    comm.rank, comm.size)
-            ok = y.shape == want.shape and bool(np.array_equal(y, want))
-        out.append((seen, ok, y))
+            ok = all(r.shape == want.shape and bool(np.array_equal(r, want)) for r in results)
+        out.append((seen, ok, results[-1]))
     return out
 
 

@@ -226,8 +226,17 @@ def test_the_public_collectives_are_all_checked():
     listed = {n for m, n in PUBLIC if m == "ops"} | {"redistribute"}
     assert set(ops.__all__) - {"last_exchange", "ExchangeStats"} == listed
     assert {_dotted(c) for c in _calls(_function("ops", "redistribute"))} >= {"relayout.redistribute"}
-    moe_calls = {_dotted(c) for f in ("dispatch", "combine") for c in _calls(_function("moe", f))}
-    assert "exchange_segments" in moe_calls
+    # MoE: dispatch (through its worker _dispatch) and combine each exchange through a
+    # planned collective on the flat path, and through the two-level module across hosts,
+    # whose every exchange is a planned collective too
+    for name, body in (("dispatch", "_dispatch"), ("combine", "combine")):
+        called = {_dotted(c) for c in _calls(_function("moe", body))}
+        assert "exchange_segments" in called, f"moe.{body} does not exchange through exchange_segments: {called}"
+        assert f"moe_two_level.{name}" in called, f"moe.{body} does not take the two-level path: {called}"
+        two_level = {_dotted(c) for c in _calls(_function("moe_two_level", name))}
+        assert two_level & {"start_rows", "_exchanged"}, two_level
+    assert "_dispatch" in {_dotted(c) for c in _calls(_function("moe", "dispatch"))}
+    assert "start_rows" in {_dotted(c) for c in _calls(_function("moe_two_level", "_exchanged"))}
 
 
 # What rs.last_exchange() reports is recorded by the executor alone: the forms note their

@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 
 import rank_fns
 import reshard as rs
+from reshard import planner
 from reshard.layout import Replicate, Shard, local_region, mesh_region, shard_sizes
 from reshard.mesh_plan import BoxExchange
 from reshard.rank_plan import ExchangeGeometry
 from reshard.rank_view import rank_report
+from reshard.steps import AllToAll
 
 
 def _elements(pairs):
@@ -60,7 +62,23 @@ def test_a_ranks_own_part_is_what_listing_every_rank_gives(layout):
     assert geometry.moves() == moves
 
 
-def test_a_rank_of_a_65536_rank_world_plans_its_part():
+def test_the_planner_gives_one_rank_of_a_65536_rank_world_its_all_to_all():
+    n = 65_536
+    shape = (n * 3 + 5, n * 2 + 7)
+    rows, cols = shard_sizes(shape[0], n), shard_sizes(shape[1], n)
+    for r in (0, 4, 12_345, n - 1):
+        plan = planner.redistribute(shape, (Shard(0),), (Shard(1),), (n,), r)
+        (step,) = plan.steps
+        assert isinstance(step, AllToAll) and (step.split_dim, step.concat_dim) == (1, 0)
+        assert step.in_shape == (rows[r], shape[1]) and step.out_shape == (shape[0], cols[r])
+        assert step.send_sizes == tuple(cols) and step.recv_lengths == tuple(rows)
+        (_, sent, received), = planner.rank_traffic(plan, step.in_shape)
+        assert len(sent) == len(received) == n - 1 and r not in sent
+        assert sum(sent.values()) == rows[r] * (shape[1] - cols[r])
+        assert sum(received.values()) == cols[r] * (shape[0] - rows[r])
+
+
+def test_the_exchange_geometry_gives_one_rank_of_a_65536_rank_world_its_boxes():
     n = 65_536
     shape = (n * 3 + 5, n * 2 + 7)
     rows, cols = shard_sizes(shape[0], n), shard_sizes(shape[1], n)
