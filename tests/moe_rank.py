@@ -274,7 +274,7 @@ def across_left_behind(comm: rs.Comm, op: str = "dispatch") -> tuple[str, list[s
     exchange threads still running once ``op`` had raised."""
     import threading
 
-    from reshard import moe_two_level
+    from reshard.moe import two_level as moe_two_level
 
     comm.hosts, comm.hosts_mesh = [0, 0, 1, 1], None
     kept_timeout = comm.timeout

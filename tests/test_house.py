@@ -33,8 +33,8 @@ LAYERS = [
     ["execute"],
     ["relayout"],
     ["ops"],
-    ["moe_sums", "moe_hosts", "moe_rows"],
-    ["moe_two_level"],
+    ["moe.sums", "moe.host_routes", "moe.rows"],
+    ["moe.two_level"],
     ["moe", "fft"],
     ["launch.settings", "launch.report", "launch.payload", "launch.output"],
     ["launch.torch_rank", "launch.mpi_rank", "launch.mpi"],
@@ -208,7 +208,7 @@ def _function(module: str, name: str) -> ast.FunctionDef:
 
 
 PUBLIC = [("ops", n) for n in ("all_to_all", "all_to_all_v", "all_gather", "gather", "reduce_scatter", "all_reduce")]
-PUBLIC += [("relayout", "redistribute"), ("moe_rows", "exchange_segments"), ("moe_rows", "start_rows")]
+PUBLIC += [("relayout", "redistribute"), ("moe.rows", "exchange_segments"), ("moe.rows", "start_rows")]
 
 
 @pytest.mark.parametrize(("module", "name"), PUBLIC)
@@ -232,11 +232,11 @@ def test_the_public_collectives_are_all_checked():
     for name, body in (("dispatch", "_dispatch"), ("combine", "combine")):
         called = {_dotted(c) for c in _calls(_function("moe", body))}
         assert "exchange_segments" in called, f"moe.{body} does not exchange through exchange_segments: {called}"
-        assert f"moe_two_level.{name}" in called, f"moe.{body} does not take the two-level path: {called}"
-        two_level = {_dotted(c) for c in _calls(_function("moe_two_level", name))}
+        assert f"two_level.{name}" in called, f"moe.{body} does not take the two-level path: {called}"
+        two_level = {_dotted(c) for c in _calls(_function("moe.two_level", name))}
         assert two_level & {"start_rows", "_exchanged"}, two_level
     assert "_dispatch" in {_dotted(c) for c in _calls(_function("moe", "dispatch"))}
-    assert "start_rows" in {_dotted(c) for c in _calls(_function("moe_two_level", "_exchanged"))}
+    assert "start_rows" in {_dotted(c) for c in _calls(_function("moe.two_level", "_exchanged"))}
 
 
 # What rs.last_exchange() reports is recorded by the executor alone: the forms note their

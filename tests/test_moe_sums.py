@@ -1,4 +1,4 @@
-"""The two-level combine's sums (``reshard.moe_sums``): the in-place form (torch's row ops, on
+"""The two-level combine's sums (``reshard.moe.sums``): the in-place form (torch's row ops, on
 tensors and on numpy rows) against the plain numpy form and against a loop over the pairs in
 slot order, bit for bit."""
 
@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reshard.moe_sums import host_sums, sum_over_hosts
+from reshard.moe.sums import host_sums, sum_over_hosts
 
 
 def _pairs(rng: np.random.Generator, held: int, top_k: int) -> np.ndarray:

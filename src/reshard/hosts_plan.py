@@ -84,7 +84,7 @@ def fit_levels(inside: dict[int, float], across: dict[int, float], hosts: int, p
 
 def moe_cheaper(flat_link_bytes: int, two_level_link_bytes: int, pair_bytes_per_rank: int, hosts: int,
                 per_host: int, levels: Levels = Levels()) -> bool:
-    """Whether a MoE exchange is estimated faster in two levels (``reshard.moe_hosts``): the
+    """Whether a MoE exchange is estimated faster in two levels (``reshard.moe.host_routes``): the
     bytes each form puts on the busiest host link, against the forwarding the two-level form
     adds inside each host (every pair passes its forwarder; the flat form moves inside only
     the pairs for the same host) and its second exchange step."""

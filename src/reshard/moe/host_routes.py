@@ -13,7 +13,7 @@ engines here):
    its experts there, one row per (token, slot).
 
 A source's rows to its own host never cross: each forwarder's rows come in two parts (its own
-host's, the other hosts'), and ``reshard.moe_two_level`` forwards the first while the second is
+host's, the other hosts'), and ``reshard.moe.two_level`` forwards the first while the second is
 on the link. The expert ranks then put their rows in ``dispatch``'s order (by local expert, then source rank,
 then token), so what a caller sees equals the flat path's ``expert_inputs`` bit for bit.
 
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from . import hosts_plan
-from .arrays import is_torch
+from .. import hosts_plan
+from ..arrays import is_torch
 
 Array = Any
 

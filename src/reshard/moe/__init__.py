@@ -22,14 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, moe_hosts, moe_sums, moe_two_level, validate
-from .arrays import is_numpy, is_torch
-from .call import Call
-from .call import start as start_call
-from .comm import Comm
-from .errors import InvalidArgument, UnsupportedDType
-from .layout import check_int, offsets, shard_sizes
-from .moe_rows import exchange_segments, index_for, take_rows
+from .. import execute, validate
+from ..arrays import is_numpy, is_torch
+from ..call import Call
+from ..call import start as start_call
+from ..comm import Comm
+from ..errors import InvalidArgument, UnsupportedDType
+from ..layout import check_int, offsets, shard_sizes
+from . import host_routes, sums, two_level
+from .rows import exchange_segments, index_for, take_rows
 
 Array = Any
 
@@ -61,7 +62,7 @@ class MoEHandle:
     segment_recv: list[list[int]] = field(repr=False)
     slot_rows: np.ndarray | None = field(default=None, repr=False)  # dropless: returned row of each (token, slot)
     algorithm: str = "flat"  # the path dispatch took: "flat" or "hierarchical"
-    hosts: moe_hosts.HostRoutes | None = field(default=None, repr=False)  # the hierarchical path's routes
+    hosts: host_routes.HostRoutes | None = field(default=None, repr=False)  # the hierarchical path's routes
 
 
 # The records hold capacity None as -1 and the algorithm as its index: a disagreement names them.
@@ -156,7 +157,7 @@ def dispatch(
         (source rank, token, slot) and the rest reported in ``handle.dropped``.
       algorithm: ``"flat"`` (each pair travels straight to its expert's rank),
         ``"hierarchical"`` (over ``comm.hosts``: each token crosses once to every host holding
-        one of its experts and is copied to them there; see ``reshard.moe_hosts``) or ``"auto"``
+        one of its experts and is copied to them there; see ``reshard.moe.host_routes``) or ``"auto"``
         (flat on one host; across hosts, whichever ``reshard.hosts_plan`` estimates faster for
         the bytes this batch puts on the busiest host link). The same ``expert_inputs`` either way.
 
@@ -234,10 +235,10 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     hosts_count = max(comm_.hosts) + 1
     if algorithm != "flat" and hosts_count > 1 or algorithm == "hierarchical":
         mesh_shape = validate.hosts_mesh_shape(comm_.hosts)
-        on_host = moe_hosts.host_rows(ids, kept.reshape(num_tokens, top_k), per_rank * mesh_shape[1], mesh_shape[0])
+        on_host = host_routes.host_rows(ids, kept.reshape(num_tokens, top_k), per_rank * mesh_shape[1], mesh_shape[0])
         rows_to_host = _gathered(call, on_host.sum(axis=0).astype(np.int64), "moe.dispatch (rows per host)")
-        if algorithm == "hierarchical" or moe_hosts.cheaper(kept_counts, rows_to_host, mesh_shape, per_rank,
-                                                          moe_hosts.row_bytes(tokens)):
+        if algorithm == "hierarchical" or host_routes.cheaper(kept_counts, rows_to_host, mesh_shape, per_rank,
+                                                          host_routes.row_bytes(tokens)):
             algorithm = "hierarchical"
         else:
             algorithm = "flat"
@@ -251,7 +252,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     segment_recv = [[int(mine[i, le]) for i in range(n)] for le in range(per_rank)]
 
     if algorithm == "hierarchical":
-        expert_inputs, routes = moe_two_level.dispatch(comm_, tokens, ids, kept.reshape(num_tokens, top_k),
+        expert_inputs, routes = two_level.dispatch(comm_, tokens, ids, kept.reshape(num_tokens, top_k),
                                                        kept_counts, rows_to_host, mesh_shape, per_rank)
         execute.report_as("moe.dispatch", call)
         return expert_inputs, MoEHandle(
@@ -287,7 +288,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
       ``[T, *F']`` in the original token order: ``sum over slots j of weights[t, j] * out(t, j)``
       (weights None: the plain sum; top-1 without weights: the row itself). Dropped pairs
       contribute zero. With identity experts and weights that sum to one (within 4k ulps) the
-      input comes back bit for bit (see ``moe_sums.sum_slots``). Differentiable on torch (with respect
+      input comes back bit for bit (see ``sums.sum_slots``). Differentiable on torch (with respect
       to the outputs and the weights). With ``async_op=True``: a ``Handle`` whose ``wait()``
       returns that.
     """
@@ -301,7 +302,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     call.validate(_check_combine, handle, weights, expert_outputs)
     call.agree(free_dims=(0,), need_shapes=False)  # check on or off: a disagreement never moves data
     if handle.hosts is not None:
-        out = moe_two_level.combine(expert_outputs, handle.hosts, handle.num_tokens, handle.top_k, weights)
+        out = two_level.combine(expert_outputs, handle.hosts, handle.num_tokens, handle.top_k, weights)
         execute.report_as("moe.combine", call)
         return out
     # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
@@ -317,7 +318,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     else:
         slots = np.zeros((num_tokens * top_k, *trail), dtype=back.dtype)
         slots[handle.send_rows] = back
-    return moe_sums.sum_slots(slots.reshape(num_tokens, top_k, *trail), weights, handle.kept)
+    return sums.sum_slots(slots.reshape(num_tokens, top_k, *trail), weights, handle.kept)
 
 
 def pipeline(

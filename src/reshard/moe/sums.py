@@ -1,5 +1,5 @@
 """How MoE combine adds a token's slots: all ``k`` at once (the flat path), a host's share on its
-forwarder and the hosts' rows at home (the two-level path, ``reshard.moe_hosts``)."""
+forwarder and the hosts' rows at home (the two-level path, ``reshard.moe.host_routes``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import array_backend, is_torch
+from ..arrays import array_backend, is_torch
 
 Array = Any
 

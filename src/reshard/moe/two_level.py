@@ -1,4 +1,4 @@
-"""MoE dispatch and combine in two levels (``reshard.moe_hosts`` says what goes where): the
+"""MoE dispatch and combine in two levels (``reshard.moe.host_routes`` says what goes where): the
 exchanges, and the local work that overlaps the link between hosts.
 
 A source's rows to its own host never cross, so each forwarder's rows come in two parts: its
@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, moe_hosts, moe_sums
-from .arrays import is_torch
-from .comm import Comm
-from .mesh import Mesh
-from .moe_rows import may_overlap, start_rows, take_rows
+from .. import execute
+from ..arrays import is_torch
+from ..comm import Comm
+from ..mesh import Mesh
+from . import host_routes, sums
+from .rows import may_overlap, start_rows, take_rows
 
 Array = Any
 
@@ -35,39 +36,39 @@ def _exchanged(parts: list, name: str, comm: Comm, x: Array, send: list[int], re
 
 def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_counts: np.ndarray,
              rows_to_host: np.ndarray, mesh_shape: tuple[int, int], per_rank: int
-             ) -> tuple[Array, moe_hosts.HostRoutes]:
+             ) -> tuple[Array, host_routes.HostRoutes]:
     """(``expert_inputs`` as the flat dispatch gives them, the routes for combine)."""
     if comm.hosts_mesh is None:  # made once: its sub-communicators are kept with it
         comm.hosts_mesh = Mesh.from_hosts(comm)
     mesh = comm.hosts_mesh
     across, inside = mesh.sub(0), mesh.sub(1)
     host, top_k = mesh.coord[0], ids.shape[1]
-    row_token, routing, across_send, across_recv = moe_hosts.routes(ids, kept, kept_counts, rows_to_host, comm.rank,
+    row_token, routing, across_send, across_recv = host_routes.routes(ids, kept, kept_counts, rows_to_host, comm.rank,
                                                                     mesh_shape, per_rank)
     parts: list = []
     # the routing first: a few bytes a row, across a link that is still idle (behind the tokens
     # it would wait for their queue to drain)
     routed = _exchanged(parts, "all_to_all_v (routing across hosts)", across, routing, across_send, across_recv,
                         "moe.dispatch (routing)")
-    own = moe_hosts.own_block(across_recv, host)
+    own = host_routes.own_block(across_recv, host)
     other = np.r_[0:own.start, own.stop:routed.shape[0]]
-    blocks, inside_recv = moe_hosts.expert_blocks(kept_counts, comm.rank, mesh_shape, per_rank)
+    blocks, inside_recv = host_routes.expert_blocks(kept_counts, comm.rank, mesh_shape, per_rank)
     # the pack: each token once per other host, on its way while the own host's part is forwarded
-    with start_rows(across, take_rows(tokens, row_token[moe_hosts.crossing(across_send, host)]),
-                    moe_hosts.remote(across_send, host), moe_hosts.remote(across_recv, host),
+    with start_rows(across, take_rows(tokens, row_token[host_routes.crossing(across_send, host)]),
+                    host_routes.remote(across_send, host), host_routes.remote(across_recv, host),
                     "moe.dispatch (across hosts)", may_overlap(across, tokens)) as finish:
-        own_pairs, own_send = moe_hosts.forward_pairs(routed[own], mesh_shape[1], per_rank)
-        own_tokens = row_token[moe_hosts.own_block(across_send, host)]
+        own_pairs, own_send = host_routes.forward_pairs(routed[own], mesh_shape[1], per_rank)
+        own_tokens = row_token[host_routes.own_block(across_send, host)]
         received_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
                                   take_rows(tokens, own_tokens[own_pairs // top_k]), own_send, inside_recv[0],
                                   "moe.dispatch (inside the host)")
         arrived, stats = finish()
     parts.append(("all_to_all_v (across hosts)", stats))
-    other_pairs, other_send = moe_hosts.forward_pairs(routed[other], mesh_shape[1], per_rank)
+    other_pairs, other_send = host_routes.forward_pairs(routed[other], mesh_shape[1], per_rank)
     received = _exchanged(parts, "all_to_all_v (inside the host, other hosts' tokens)", inside,
                           take_rows(arrived, other_pairs // top_k), other_send, inside_recv[1],
                           "moe.dispatch (inside the host)")
-    routes = moe_hosts.HostRoutes(mesh, row_token, across_send, across_recv, (own_pairs, other_pairs),
+    routes = host_routes.HostRoutes(mesh, row_token, across_send, across_recv, (own_pairs, other_pairs),
                                   (own_send, other_send), blocks, inside_recv)
     received_by_part = (received_own, received)
     expert_inputs = _joined([received_by_part[p][a : a + n] for p, a, _, n in blocks.tolist()], received)
@@ -75,7 +76,7 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
     return expert_inputs, routes
 
 
-def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int, top_k: int,
+def combine(expert_outputs: Array, routes: host_routes.HostRoutes, num_tokens: int, top_k: int,
             weights: Array | None) -> Array:
     """The way back: each token's slots on a host summed by its forwarder there, one row per
     (token, host) back across, the hosts' rows added at home in host order."""
@@ -86,22 +87,22 @@ def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int
     if weights is not None:  # each row's gate weights travel to its forwarder (k numbers a row)
         w = weights.reshape(num_tokens, top_k)
         w_other = _exchanged(parts, "all_to_all_v (weights across hosts)", across,
-                             take_rows(w, routes.row_token[moe_hosts.crossing(routes.across_send, host)]),
-                             moe_hosts.remote(routes.across_send, host), moe_hosts.remote(routes.across_recv, host),
+                             take_rows(w, routes.row_token[host_routes.crossing(routes.across_send, host)]),
+                             host_routes.remote(routes.across_send, host), host_routes.remote(routes.across_recv, host),
                              "moe.combine (weights)")
         w_own = take_rows(w, routes.row_token[routes.own_rows()])
     # the other hosts' part first, so that it starts back across as early as it can
     back = _exchanged(parts, "all_to_all_v (inside the host, other hosts' tokens)", inside,
                       _in_arrival(expert_outputs, routes.blocks, 1), routes.inside_recv[1], routes.inside_send[1],
                       "moe.combine (inside the host)")
-    partial = moe_sums.host_sums(back, routes.pair_at[1], top_k, routes.held[1], w_other)
-    with start_rows(across, partial, moe_hosts.remote(routes.across_recv, host),
-                    moe_hosts.remote(routes.across_send, host), "moe.combine (across hosts)",
+    partial = sums.host_sums(back, routes.pair_at[1], top_k, routes.held[1], w_other)
+    with start_rows(across, partial, host_routes.remote(routes.across_recv, host),
+                    host_routes.remote(routes.across_send, host), "moe.combine (across hosts)",
                     may_overlap(across, partial)) as finish:
         back_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
                               _in_arrival(expert_outputs, routes.blocks, 0), routes.inside_recv[0],
                               routes.inside_send[0], "moe.combine (inside the host)")
-        partial_own = moe_sums.host_sums(back_own, routes.pair_at[0], top_k, routes.held[0], w_own)
+        partial_own = sums.host_sums(back_own, routes.pair_at[0], top_k, routes.held[0], w_own)
         home, stats = finish()
     parts.append(("all_to_all_v (across hosts)", stats))
     blocks, at = [], 0
@@ -111,7 +112,7 @@ def combine(expert_outputs: Array, routes: moe_hosts.HostRoutes, num_tokens: int
         else:
             blocks.append((home[at : at + tokens.size], tokens))
             at += tokens.size
-    out = moe_sums.sum_over_hosts(blocks, num_tokens)
+    out = sums.sum_over_hosts(blocks, num_tokens)
     execute.merged("moe.combine", parts)
     return out
 

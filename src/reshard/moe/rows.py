@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, planner
-from .arrays import array_backend, is_torch
-from .call import Call
-from .comm import Comm
-from .stats import ExchangeStats
+from .. import execute, planner
+from ..arrays import array_backend, is_torch
+from ..call import Call
+from ..comm import Comm
+from ..stats import ExchangeStats
 
 Array = Any
 
