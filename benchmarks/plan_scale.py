@@ -18,10 +18,10 @@ import sys
 import time
 import tracemalloc
 
-from reshard import planner
-from reshard.layout import Shard
-from reshard.mesh_plan import plan_summary
-from reshard.plan import make_plan
+from reshard.planning import planner
+from reshard.planning.layout import Shard
+from reshard.planning.mesh_plan import plan_summary
+from reshard.planning.plan import make_plan
 from reshard.rank_view import rank_report
 
 CASES = [  # (what, shape, src, dst, world size or mesh, limit in ms)

@@ -10,7 +10,7 @@ import torch
 
 from cli_run import reshard_cli
 from reshard.demo import global_matrix, verify
-from reshard.layout import Shard, local_shard
+from reshard.planning.layout import Shard, local_shard
 
 
 def test_demo_shows_the_row_to_column_example():

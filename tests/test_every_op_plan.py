@@ -10,7 +10,7 @@ import pytest
 import rank_fns
 import reshard as rs
 from oracle import pattern
-from reshard import planner
+from reshard.planning import planner
 
 ITEM = 4  # float32
 

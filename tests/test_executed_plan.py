@@ -13,7 +13,7 @@ import pytest
 import rank_fns
 import reshard as rs
 from oracle import pattern
-from reshard.plan import make_plan
+from reshard.planning.plan import make_plan
 
 PLACEMENTS = ["S(0)", "S(1)", "S(2)", "R", "P(sum)", "P(max)"]
 PAIRS = list(itertools.product(PLACEMENTS, repeat=2))

@@ -8,7 +8,7 @@ import json
 
 from cli_run import reshard_cli
 from reshard.explain import answer
-from reshard.plan import make_plan
+from reshard.planning.plan import make_plan
 
 
 @functools.cache

@@ -15,10 +15,11 @@ MAX_LINES = 500
 # Lower layers never import higher ones; a module may import its own layer only where listed.
 LAYERS = [
     ["errors", "meta"],
-    ["layout", "messages", "settings"],
-    ["plan", "arrays", "rank_plan", "steps", "hosts_plan"],
-    ["mesh_plan"],
-    ["planner"],
+    ["planning.layout", "messages", "settings"],
+    ["planning.plan", "arrays", "planning.rank_plan", "planning.steps", "planning.hosts_plan"],
+    ["planning.mesh_plan"],
+    ["planning.planner"],
+    ["planning"],
     ["rank_view"],
     ["stats", "activity", "handles"],
     ["buffers", "agreement", "replay_cache", "validate"],
@@ -56,7 +57,8 @@ LAYERS = [
     ["cli"],
     ["__main__", ""],
 ]
-PURE = {"hosts_plan", "layout", "plan", "rank_plan", "mesh_plan", "steps", "planner", "rank_view", "errors", "messages", "settings", "stats", "activity"}
+PURE = {"planning", "planning.hosts_plan", "planning.layout", "planning.plan", "planning.rank_plan", "planning.mesh_plan",
+        "planning.steps", "planning.planner", "rank_view", "errors", "messages", "settings", "stats", "activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
 
@@ -145,7 +147,7 @@ def test_no_module_over_the_line_limit(module):
 def test_pure_layers_import_no_engine_or_array_library(module):
     """At import time (a pure helper may take a numpy array or tensor it is handed); plan never."""
     tree = ast.parse(MODULES[module].read_text())
-    for node in (ast.walk(tree) if module == "plan" else tree.body):
+    for node in (ast.walk(tree) if module == "planning.plan" else tree.body):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
             [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
         for name in names:
@@ -154,9 +156,9 @@ def test_pure_layers_import_no_engine_or_array_library(module):
 
 def test_the_import_reader_finds_known_imports():
     """The rules above read real imports (an empty reading would pass them all)."""
-    assert LAYER_OF["ops"] > LAYER_OF["plan"]
+    assert LAYER_OF["ops"] > LAYER_OF["planning.plan"]
     found = [t for t, _, _ in _imports("ops")]
-    assert "planner" in found and "execute" in found
+    assert "planning.planner" in found and "execute" in found
 
 
 # The engine's data-moving primitives: only the executor's step bodies (and the engines
@@ -245,7 +247,7 @@ STATS_FIELDS = {"op", "pack_copies", "unpack_copies", "bytes_sent", "bytes_recei
                 "allocated_bytes", "replayed", "cross_host_bytes_sent", "cross_host_messages", "steps",
                 "_received_into", "received_into"}
 STATS_WRITERS = {"received_at", "received_into_result", "begin_step", "end_step"}
-MAY_WRITE_STATS = {"execute", "stats", "plan"}  # plan.Plan, explain's report, has copy fields of its own
+MAY_WRITE_STATS = {"execute", "stats", "planning.plan"}  # plan.Plan, explain's report, has copy fields of its own
 
 
 def _stats_writes(tree: ast.AST) -> list[tuple[int, str]]:

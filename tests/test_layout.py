@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import reshard as rs
 from oracle import balanced, placement_slice
-from reshard.layout import local_region, local_shape, normalize_dim
+from reshard.planning.layout import local_region, local_shape, normalize_dim
 
 shapes = st.lists(st.integers(0, 9), min_size=1, max_size=4).map(tuple)
 
@@ -120,8 +120,8 @@ def test_normalize_dim_rejects(dim, ndim):
 def test_import_pulls_no_engine():
     """The pure rooms import neither torch nor numpy; `import reshard` does not import torch."""
     code = (
-        "import sys, reshard, reshard.layout, reshard.plan\n"
-        "reshard.plan.make_plan((8, 8), 'row', 'col', 4)\n"
+        "import sys, reshard, reshard.planning.layout, reshard.planning.plan\n"
+        "reshard.planning.plan.make_plan((8, 8), 'row', 'col', 4)\n"
         "bad = [m for m in ('torch', 'numpy', 'mpi4py') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

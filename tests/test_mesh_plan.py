@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reshard as rs
-from reshard.mesh_plan import BoxExchange, box_size, box_subtract
+from reshard.planning.mesh_plan import BoxExchange, box_size, box_subtract
 
 MOVABLE = [rs.Shard(0), rs.Shard(1), rs.Shard(2), rs.Replicate()]
 MESHES = [(4,), (1, 4), (4, 1), (2, 2), (3, 4), (2, 3, 2), (1, 2, 2)]
@@ -87,7 +87,7 @@ def test_every_pair_on_the_issue_meshes_stays_at_the_lower_bound():
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from(MESHES), st.lists(st.integers(0, 9), min_size=3, max_size=3), st.data())
 def test_totals_without_pairs_equal_the_boxes(mesh_shape, shape, data):
-    from reshard.mesh_plan import exchange_totals
+    from reshard.planning.mesh_plan import exchange_totals
 
     src = tuple(data.draw(st.sampled_from(MOVABLE)) for _ in mesh_shape)
     dst = tuple(data.draw(st.sampled_from(MOVABLE)) for _ in mesh_shape)

@@ -13,7 +13,7 @@ import rank_fns
 import reshard as rs
 from oracle import pattern
 from reshard.mesh import unravel
-from reshard.mesh_plan import MeshPlan, plan_summary
+from reshard.planning.mesh_plan import MeshPlan, plan_summary
 
 PLACEMENTS = ["S(0)", "S(1)", "S(2)", "R", "P(sum)"]
 

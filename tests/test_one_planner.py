@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reshard import planner
-from reshard.layout import mesh_region, parse_placements, unravel
-from reshard.mesh_plan import MeshPlan
-from reshard.steps import AllGather, AllToAll, ExchangeBoxes, OnMeshDim, RankPlan
+from reshard.planning import planner
+from reshard.planning.layout import mesh_region, parse_placements, unravel
+from reshard.planning.mesh_plan import MeshPlan
+from reshard.planning.steps import AllGather, AllToAll, ExchangeBoxes, OnMeshDim, RankPlan
 
 PLACEMENTS = ["S(0)", "S(1)", "S(2)", "R", "P(sum)"]
 

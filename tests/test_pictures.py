@@ -11,7 +11,7 @@ import pytest
 from matplotlib.image import imread
 
 from cli_run import reshard_cli
-from reshard.layout import Partial, Shard
+from reshard.planning.layout import Partial, Shard
 from reshard.viz import pictures as viz
 from reshard.viz.blocks import blocks
 from reshard.viz.scenes import FIVE, change_scene, collective_scene

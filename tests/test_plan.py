@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import reshard as rs
 from oracle import placement_slice
-from reshard.plan import make_plan
+from reshard.planning.plan import make_plan
 
 PLACEMENTS = ["shard", "replicate", "partial"]
 

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 import rank_fns
 import reshard as rs
-from reshard import planner
-from reshard.layout import Replicate, Shard, local_region, mesh_region, shard_sizes
-from reshard.mesh_plan import BoxExchange
-from reshard.rank_plan import ExchangeGeometry
+from reshard.planning import planner
+from reshard.planning.layout import Replicate, Shard, local_region, mesh_region, shard_sizes
+from reshard.planning.mesh_plan import BoxExchange
+from reshard.planning.rank_plan import ExchangeGeometry
+from reshard.planning.steps import AllToAll
 from reshard.rank_view import rank_report
-from reshard.steps import AllToAll
 
 
 def _elements(pairs):
@@ -169,8 +169,8 @@ def test_a_rank_with_an_empty_piece_still_counts_what_it_receives():
     # (4, 7, 2) split along dim 2 over 3 ranks: rank 2 holds nothing, yet receives 4 x 7 from
     # each of ranks 0 and 1 when the tensor is gathered or reduced (its own length cannot say
     # how many elements a unit of the dim holds)
-    from reshard import planner
-    from reshard.layout import Partial, Replicate, Shard
+    from reshard.planning import planner
+    from reshard.planning.layout import Partial, Replicate, Shard
 
     gather = planner.redistribute((4, 7, 2), (Shard(2),), (Replicate(),), (3,), 2)
     assert planner.rank_traffic(gather, (4, 7, 0)) == [("all_gather", {}, {0: 28, 1: 28})]

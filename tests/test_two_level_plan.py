@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import rank_fns
 import reshard as rs
 from oracle import all_to_all_expected, balanced, pattern, starts, take
-from reshard import hosts_plan, planner, steps
+from reshard.planning import hosts_plan, planner, steps
 
 
 def _cut(x, dim, lengths):

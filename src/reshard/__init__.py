@@ -6,6 +6,7 @@ on first use, so ``import reshard`` stays fast and never pulls in torch by itsel
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .errors import (
@@ -17,17 +18,21 @@ from .errors import (
     ReshardError,
     UnsupportedDType,
 )
-from .layout import Partial, Replicate, Shard, local_shard, parse_placement, parse_placements, shard_sizes
 from .meta import VERSION
+from .planning import layout, plan
+from .planning.layout import Partial, Replicate, Shard, local_shard, parse_placement, parse_placements, shard_sizes
 
 __version__ = VERSION
+
+# The planning modules' former paths, which the docs and users' code name: the same modules
+sys.modules.setdefault(f"{__name__}.layout", layout)
+sys.modules.setdefault(f"{__name__}.plan", plan)
 
 _LAZY = {
     "all_to_all": "ops", "all_to_all_v": "ops", "all_gather": "ops", "gather": "ops", "reduce_scatter": "ops",
     "all_reduce": "ops", "redistribute": "ops", "last_exchange": "ops",
     "init": "comm", "Comm": "comm", "Mesh": "mesh",
     "spawn": "launch", "Handle": "handles",
-    "plan": "plan",
     "moe": "moe",
     "fft": "fft",
 }
@@ -35,7 +40,7 @@ _LAZY = {
 __all__ = [
     "Shard", "Replicate", "Partial", "shard_sizes", "local_shard", "parse_placement", "parse_placements",
     "ReshardError", "InvalidArgument", "UnsupportedDType", "MismatchError", "RankFailed", "CommTimeout",
-    "MissingDependency",
+    "MissingDependency", "plan",
     *_LAZY,
 ]
 
@@ -45,7 +50,7 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        value = module if name in ("plan", "moe", "fft") else getattr(module, name)
+        value = module if name in ("moe", "fft") else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'reshard' has no attribute {name!r}")

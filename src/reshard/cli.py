@@ -11,8 +11,8 @@ from .cli_common import make_console, parse_shape, placement, positive
 from .cli_plan import cmd_plan
 from .engines.available import ENGINES
 from .errors import InvalidArgument, ReshardError
-from .layout import Shard
 from .messages import LANGS, say
+from .planning.layout import Shard
 
 # Here rather than in bench (which imports numpy), so the CLI starts light; bench's docstring
 # says what each method measures.
@@ -158,7 +158,7 @@ def _demo_mesh(args: argparse.Namespace, console) -> int:
     import math
 
     from .demo import run_demo_mesh
-    from .layout import parse_placements
+    from .planning.layout import parse_placements
 
     if len(args.shape) != 2:
         console.print(say("cli.error", args.lang, error="demo draws a matrix: --shape needs two sizes"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .errors import InvalidArgument
-from .layout import parse_placement
+from .planning.layout import parse_placement
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

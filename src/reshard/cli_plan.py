@@ -16,8 +16,8 @@ def _plan_hosts(args: argparse.Namespace) -> int:
     """The row -> column all_to_all on ``--hosts`` x ``--ranks-per-host`` ranks: flat against two-level."""
     import math
 
-    from .hosts_plan import Levels, two_level_table
-    from .plan import ITEMSIZE
+    from .planning.hosts_plan import Levels, two_level_table
+    from .planning.plan import ITEMSIZE
 
     if args.dtype not in ITEMSIZE:
         raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
@@ -70,7 +70,7 @@ def _plan_hosts(args: argparse.Namespace) -> int:
 
 def _plan_moe(args: argparse.Namespace) -> int:
     """MoE dispatch (FP8 with its scales) and combine (BF16) across hosts, on paper."""
-    from .hosts_plan import moe_table
+    from .planning.hosts_plan import moe_table
 
     hosts = args.hosts or 2
     if args.top_k > args.experts:
@@ -105,8 +105,8 @@ def _plan_moe(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .layout import parse_placements
-    from .plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
+    from .planning.layout import parse_placements
+    from .planning.plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
     from .viz.terminal import render_mesh_plan, render_plan
 
     if args.moe:
@@ -131,7 +131,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         else:
             render_plan(make_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
         return 0
-    from .mesh_plan import plan_summary
+    from .planning.mesh_plan import plan_summary
 
     if args.mesh and (args.src is None or args.dst is None):
         raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
@@ -157,8 +157,8 @@ def _plan_rank(args: argparse.Namespace) -> int:
     """``reshard plan --rank R``: that rank's part alone."""
     import math
 
-    from .layout import parse_placements
-    from .plan import ITEMSIZE
+    from .planning.layout import parse_placements
+    from .planning.plan import ITEMSIZE
     from .rank_view import rank_report
     from .viz.terminal import render_rank_plan
 

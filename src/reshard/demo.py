@@ -6,8 +6,8 @@ from typing import Any
 
 from .engines.available import installed
 from .errors import MissingDependency
-from .layout import Partial, Placement, Replicate, local_shard
 from .messages import say
+from .planning.layout import Partial, Placement, Replicate, local_shard
 from .viz.terminal import render_demo
 
 

@@ -191,7 +191,7 @@ def doctor_rank(comm: Any) -> dict[str, Any]:
     import numpy as np
 
     from . import ops
-    from .layout import Shard, local_shard
+    from .planning.layout import Shard, local_shard
 
     n = comm.size
     full = np.arange(256 * n * 1024 * n, dtype=np.float32).reshape(256 * n, 1024 * n)

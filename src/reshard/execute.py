@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import planner, step_runs
+from . import step_runs
 from .call import Call, wants_grad
 from .engines.base import CallState, Tally
-from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
-from .steps import (
+from .planning import planner
+from .planning.steps import (
     AllGather,
     AllToAll,
     AllToAllV,
@@ -29,6 +29,7 @@ from .steps import (
     Reorder,
     Step,
 )
+from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
 
 Array = Any  # torch.Tensor or numpy.ndarray
 Runner = Callable[..., Array]  # (call, x, prepared=None) -> the step's output

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgument
-from .layout import Shard, local_shard
-from .plan import describe_region
+from .planning.layout import Shard, local_shard
+from .planning.plan import describe_region
 
 COLLECTIVES = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
 DTYPES = ("float32", "float64", "float16", "int32", "int64")

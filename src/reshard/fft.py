@@ -20,7 +20,8 @@ from typing import Any
 
 from .comm import current_or_none
 from .errors import InvalidArgument, UnsupportedDType
-from .layout import (
+from .mesh import Mesh
+from .planning.layout import (
     Partial,
     Placement,
     Replicate,
@@ -32,7 +33,6 @@ from .layout import (
     parse_placements,
     unravel,
 )
-from .mesh import Mesh
 
 __all__ = ["fftn", "ifftn", "rfftn", "irfftn", "output_layout"]
 

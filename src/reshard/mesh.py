@@ -13,7 +13,7 @@ from typing import Any
 from . import handles
 from .comm import Comm, current
 from .errors import InvalidArgument
-from .layout import check_int, ravel, unravel
+from .planning.layout import check_int, ravel, unravel
 from .validate import hosts_mesh_shape
 
 __all__ = ["Mesh", "ravel", "unravel"]

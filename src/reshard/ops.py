@@ -18,14 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, hosts_plan, planner, relayout, validate
+from . import execute, relayout, validate
 from .call import Call, begin, refuse
 from .call import start as start_call
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
 from .hot_replay import MISS, replay_hot
-from .layout import REDUCE_OPS, Shard, normalize_dim
 from .mesh import Mesh
+from .planning import hosts_plan, planner
+from .planning.layout import REDUCE_OPS, Shard, normalize_dim
 from .stats import ExchangeStats, last_exchange
 
 __all__ = [
@@ -57,7 +58,7 @@ def all_to_all(
         ranks with the same local index; needs the same number of consecutive ranks on each
         host; with ``split_dim == concat_dim`` what arrived inside the host is put in
         destination-host order before it crosses) or ``"auto"`` (flat on one host; across
-        several, whichever ``reshard.hosts_plan``'s two-level alpha-beta model estimates
+        several, whichever ``reshard.planning.hosts_plan``'s two-level alpha-beta model estimates
         faster for the mean bytes per rank). Every algorithm gives the same result.
 
     Returns:

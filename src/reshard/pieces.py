@@ -11,7 +11,7 @@ from typing import Any
 
 from .arrays import data_ptr, is_torch, numel
 from .buffers import alloc, scratch
-from .layout import offsets
+from .planning.layout import offsets
 
 Array = Any  # torch.Tensor or numpy.ndarray
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import execute, planner, validate
+from . import execute, validate
 from .call import Call, begin, refuse, wants_grad
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .hot_replay import MISS, replay_hot
-from .layout import Partial, Shard, global_shape_of, mesh_region, parse_placements, unravel
 from .mesh import Mesh
+from .planning import planner
+from .planning.layout import Partial, Shard, global_shape_of, mesh_region, parse_placements, unravel
 
 Array = Any
 

@@ -21,10 +21,10 @@ from typing import Any
 from .arrays import is_torch, numel
 from .buffers import alloc, pack_buffer
 from .engines.base import CallState
-from .layout import offsets, shard_sizes
 from .pieces import contiguous, data_ptr, exchange_packed, narrow, pack, segments, with_dim
-from .plan import region_numel as box_size
-from .steps import Box, ExchangeBoxes, Reorder
+from .planning.layout import offsets, shard_sizes
+from .planning.plan import region_numel as box_size
+from .planning.steps import Box, ExchangeBoxes, Reorder
 
 Array = Any  # torch.Tensor or numpy.ndarray
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .arrays import array_backend, dtype_name, is_torch
 from .errors import InvalidArgument, UnsupportedDType
-from .layout import (
+from .planning.layout import (
     REDUCE_OPS,
     Partial,
     Placement,

@@ -39,8 +39,8 @@ def _level_seconds(comm: Any, sub: Any, nbytes: int, repeats: int) -> float:
 
 def calibrate_job(comm: Any, repeats: int = 9) -> dict[str, Any]:
     """Every rank: the fitted levels (``hosts_plan.Levels`` fields) and the points they come from."""
-    from ..hosts_plan import fit_levels
     from ..mesh import Mesh
+    from ..planning.hosts_plan import fit_levels
 
     mesh = Mesh.from_hosts(comm)
     hosts, local = mesh.shape

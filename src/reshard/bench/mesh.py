@@ -14,7 +14,7 @@ import numpy as np
 def mesh_shape_for(nbytes: int, itemsize: int, src: tuple, mesh_shape: tuple) -> tuple[int, int]:
     """A square-ish global matrix whose shards under ``src`` hold about ``nbytes`` each,
     every dim a multiple of every mesh dim (so DTensor's split rule and the balanced one agree)."""
-    from ..layout import Shard
+    from ..planning.layout import Shard
 
     split = math.prod(mesh_shape[m] for m, p in enumerate(src) if isinstance(p, Shard))
     unit = math.lcm(*mesh_shape) * math.prod(mesh_shape)
@@ -66,8 +66,8 @@ def mesh_methods(case: Any, nbytes: int, wanted: list[str], mesh_shape: tuple, s
     import torch
 
     from .. import ops
-    from ..layout import Partial, Replicate, Shard, local_shard
     from ..mesh import Mesh
+    from ..planning.layout import Partial, Replicate, Shard, local_shard
     from .check import count_wrong
 
     comm = case.comm

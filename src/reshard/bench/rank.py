@@ -47,7 +47,7 @@ class _Case:
 def _layout_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tuple[Any, Any]]:
     """Shard(0) -> Shard(1): method -> (run, verify) with verify(result) -> #wrong."""
     from .. import ops
-    from ..layout import Shard
+    from ..planning.layout import Shard
 
     comm, n, r = case.comm, case.n, case.r
     rows, cols = _shape(nbytes, case.np_dtype.itemsize, n)
@@ -299,7 +299,7 @@ def bench_rank(comm: Any, config: dict) -> dict:
         case = _Case(comm, op, size, dtype, arrays)
         sent: dict[str, int] = {}
         if config.get("mesh"):
-            from ..layout import parse_placements
+            from ..planning.layout import parse_placements
             from .mesh import mesh_methods
 
             table, sent = mesh_methods(case, size, methods, tuple(config["mesh"]), parse_placements(config["src"]),

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
+from ..planning.steps import AllToAll
 from ..stats import Tally
-from ..steps import AllToAll
 
 
 class CallState(Protocol):

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..arrays import numel
 from ..buffers import alloc, pack_buffer
-from ..layout import offsets
 from ..pieces import data_ptr, narrow, unpack_others, with_dim
-from ..steps import AllToAll
+from ..planning.layout import offsets
+from ..planning.steps import AllToAll
 from .base import CallState, ExchangeRun
 
 

@@ -27,7 +27,7 @@ from mpi4py import MPI
 
 from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
-from ..steps import AllToAll, ExchangeBoxes
+from ..planning.steps import AllToAll, ExchangeBoxes
 from .base import CallState, ExchangeRun
 from .mpi_forms import PeerSend, boxes_form, split_form, typed_fits, typed_form, typed_path_may_take
 from .shm import VoteBoard

@@ -20,9 +20,9 @@ import numpy as np
 
 from ..arrays import numel
 from ..buffers import alloc, scratch
-from ..layout import offsets
 from ..pieces import as_run, data_ptr, narrow, swap01, unpack_others, with_dim
-from ..steps import AllToAll, ExchangeBoxes
+from ..planning.layout import offsets
+from ..planning.steps import AllToAll, ExchangeBoxes
 from .base import CallState, ExchangeRun
 
 # Byte bounds of the datatype path (a benchmark may narrow them to time the byte path).

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
 from ..pieces import exchange_packed, pack
-from ..steps import AllToAll
+from ..planning.steps import AllToAll
 from .base import CallState, ExchangeRun
 from .gloo_pairwise import pairwise_form
 from .shm import LocalPeers, VoteBoard

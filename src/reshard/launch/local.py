@@ -28,7 +28,7 @@ from typing import Any
 from .. import activity
 from ..engines.available import ENGINES, default_engine, missing_for
 from ..errors import InvalidArgument, MissingDependency
-from ..layout import check_int
+from ..planning.layout import check_int
 from .output import RankOutput
 from .payload import main_not_imported, pack, unguarded_call_site
 from .report import RankError, job_failed

@@ -28,7 +28,7 @@ from ..call import Call
 from ..call import start as start_call
 from ..comm import Comm
 from ..errors import InvalidArgument, UnsupportedDType
-from ..layout import check_int, offsets, shard_sizes
+from ..planning.layout import check_int, offsets, shard_sizes
 from . import host_routes, sums, two_level
 from .rows import exchange_segments, index_for, take_rows
 
@@ -158,7 +158,7 @@ def dispatch(
       algorithm: ``"flat"`` (each pair travels straight to its expert's rank),
         ``"hierarchical"`` (over ``comm.hosts``: each token crosses once to every host holding
         one of its experts and is copied to them there; see ``reshard.moe.host_routes``) or ``"auto"``
-        (flat on one host; across hosts, whichever ``reshard.hosts_plan`` estimates faster for
+        (flat on one host; across hosts, whichever ``reshard.planning.hosts_plan`` estimates faster for
         the bytes this batch puts on the busiest host link). The same ``expert_inputs`` either way.
 
     Returns:

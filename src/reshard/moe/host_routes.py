@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import hosts_plan
 from ..arrays import is_torch
+from ..planning import hosts_plan
 
 Array = Any
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import execute, planner
+from .. import execute
 from ..arrays import array_backend, is_torch
 from ..call import Call
 from ..comm import Comm
+from ..planning import planner
 from ..stats import ExchangeStats
 
 Array = Any

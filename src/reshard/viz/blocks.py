@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..layout import Placement, Shard, shard_sizes
+from ..planning.layout import Placement, Shard, shard_sizes
 
 
 def block_name(i: int, j: int, n: int) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from ..layout import Partial, Placement, Replicate, Shard, mesh_region, shard_sizes
+from ..planning.layout import Partial, Placement, Replicate, Shard, mesh_region, shard_sizes
 from .blocks import block_name, blocks, holders
 
 FIVE = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
@@ -185,7 +185,7 @@ def mesh_scene(shape: tuple[int, int], mesh_shape: tuple[int, ...], src: tuple, 
     """A layout change of the matrix on a process mesh (``reshard demo --mesh``): the matrix cut at
     every boundary of both layouts, so each block is wholly held or not; each block after the
     change coloured by the rank that sent it (or kept it), as ``MeshPlan`` decides."""
-    from ..mesh_plan import MeshPlan, box_intersect
+    from ..planning.mesh_plan import MeshPlan, box_intersect
 
     plan = MeshPlan(shape, src, dst, mesh_shape)
     size = plan.size

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..layout import Partial, Placement, Replicate, Shard, local_region, shard_sizes
 from ..messages import placement_words, say
-from ..plan import describe_region, estimate_seconds, make_plan, summarize_matrix
+from ..planning.layout import Partial, Placement, Replicate, Shard, local_region, shard_sizes
+from ..planning.plan import describe_region, estimate_seconds, make_plan, summarize_matrix
 from .blocks import block_name, blocks_held, holders
 from .text import human_bytes
 
@@ -221,7 +221,7 @@ def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape
     from rich.table import Table
     from rich.text import Text
 
-    from ..layout import mesh_region
+    from ..planning.layout import mesh_region
 
     mesh = "x".join(str(s) for s in mesh_shape)
     console.print(say("demo.title_mesh", lang, rows=shape[0], cols=shape[1], dtype=dtype, mesh=mesh, engine=engine))

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 from .layout import (
     Partial,
     Placement,

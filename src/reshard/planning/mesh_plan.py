@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 from .layout import Placement, Replicate, Shard, mesh_region, normalize_dim, ravel, shard_sizes, split_sizes, unravel
 from .plan import Region as Box
 from .plan import region_numel as box_size

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
 
