@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 import reshard as rs
-from reshard import handles
+from reshard.execution import handles
 
 
 def _blocking_and_started(comm):

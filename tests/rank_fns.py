@@ -829,4 +829,4 @@ def collectives_loaded(comm):
     """Whether the modules a first collective needs were loaded before the job ran."""
     import sys
 
-    return all(name in sys.modules for name in ("reshard.ops", "reshard.relayout", "reshard.execute", "reshard.planning.planner"))
+    return all(name in sys.modules for name in ("reshard.ops", "reshard.relayout", "reshard.execution.execute", "reshard.planning.planner"))

@@ -86,7 +86,7 @@ def replay_stats(comm, op, kind, check, calls=3):
 def calls_built_per_replay(comm):
     """How many ``Call`` objects a replay builds, per kind of replay, and (correct, replayed)
     per replay; the count comes from wrapping ``Call.__init__`` in this rank process."""
-    from reshard import call as call_module
+    from reshard.execution import call as call_module
 
     built = [0]
     init = call_module.Call.__init__
@@ -253,7 +253,7 @@ def hot_replays(comm, kind, calls=4, check=False):
     A replay state (``hot_replay.ReplayState``) or a ``Call`` is built on the way to a plan but
     not on the hot way, which runs the replay made last time (checked: after the vote);
     counted by wrapping their ``__init__`` here."""
-    from reshard import call, hot_replay
+    from reshard.execution import call, hot_replay
 
     n, r = comm.size, comm.rank
     made = [0]
@@ -356,7 +356,7 @@ def hot_replay_refusals(comm):
 def alternating_hot_replays(comm):
     """A loop alternating two signatures (a change and its way back), unchecked: per call
     (correct, replay states built). Both stay hot: neither pushes the other out."""
-    from reshard import hot_replay
+    from reshard.execution import hot_replay
 
     n, r = comm.size, comm.rank
     full = pattern((3 * n + 1, 2 * n + 3), "float32", 5)

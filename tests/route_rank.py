@@ -10,7 +10,7 @@ import numpy as np
 
 import reshard as rs
 
-ENTRY = ("execute.py", "__call__")  # the executor's program: every call's way in
+ENTRY = ("execution/execute.py", "__call__")  # the executor's program: every call's way in
 
 
 def _where(frame) -> tuple[str, str] | None:

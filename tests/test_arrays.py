@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reshard import arrays  # noqa: E402
+from reshard.execution import arrays  # noqa: E402
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool, torch.complex64,
           torch.int8, torch.uint8, torch.int16, torch.int64]

@@ -98,6 +98,6 @@ def test_last_exchange_describes_the_last_finished_call():
 
 
 def test_a_bad_wait_timeout_is_refused():
-    handle = rs.handles.Handle("all_gather", 0, __import__("concurrent.futures").futures.Future())
+    handle = rs.Handle("all_gather", 0, __import__("concurrent.futures").futures.Future())
     with pytest.raises(rs.InvalidArgument, match="wait\\(timeout=\\)"):
         handle.wait(timeout=-1)

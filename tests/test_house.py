@@ -16,22 +16,23 @@ MAX_LINES = 500
 LAYERS = [
     ["errors", "meta"],
     ["planning.layout", "messages", "settings"],
-    ["planning.plan", "arrays", "planning.rank_plan", "planning.steps", "planning.hosts_plan"],
+    ["planning.plan", "execution.arrays", "planning.rank_plan", "planning.steps", "planning.hosts_plan"],
     ["planning.mesh_plan"],
     ["planning.planner"],
     ["planning"],
     ["rank_view"],
-    ["stats", "activity", "handles"],
-    ["buffers", "agreement", "replay_cache", "validate"],
-    ["pieces"],
+    ["execution.stats", "execution.activity", "execution.handles"],
+    ["execution.buffers", "execution.agreement", "execution.replay_cache", "validate"],
+    ["execution.pieces"],
     ["engines.base", "engines.available", "engines.shm_notes"],
     ["engines.gloo_pairwise", "engines.mpi_forms", "engines.shm"],
     ["engines.torch_engine", "engines.mpi_engine", "engines"],
     ["comm"],
     ["mesh"],
-    ["hot_replay"],
-    ["call", "step_runs", "autograd"],
-    ["execute"],
+    ["execution.hot_replay"],
+    ["execution.call", "execution.step_runs", "execution.autograd"],
+    ["execution.execute"],
+    ["execution"],
     ["relayout"],
     ["ops"],
     ["moe.sums", "moe.host_routes", "moe.rows"],
@@ -58,7 +59,8 @@ LAYERS = [
     ["__main__", ""],
 ]
 PURE = {"planning", "planning.hosts_plan", "planning.layout", "planning.plan", "planning.rank_plan", "planning.mesh_plan",
-        "planning.steps", "planning.planner", "rank_view", "errors", "messages", "settings", "stats", "activity"}
+        "planning.steps", "planning.planner", "rank_view", "errors", "messages", "settings", "execution.stats",
+        "execution.activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
 
@@ -158,13 +160,13 @@ def test_the_import_reader_finds_known_imports():
     """The rules above read real imports (an empty reading would pass them all)."""
     assert LAYER_OF["ops"] > LAYER_OF["planning.plan"]
     found = [t for t, _, _ in _imports("ops")]
-    assert "planning.planner" in found and "execute" in found
+    assert "planning.planner" in found and "execution.execute" in found
 
 
 # The engine's data-moving primitives: only the executor's step bodies (and the engines
 # themselves) call them; the bench calls them bare, as the baseline it measures against.
 MOVES_DATA = {"alltoallv", "allgather", "exchange_pairs", "all_to_all_form", "prepare_send"}
-MAY_MOVE_DATA = {"execute", "step_runs", "pieces", "bench.rank"}
+MAY_MOVE_DATA = {"execution.execute", "execution.step_runs", "execution.pieces", "bench.rank"}
 
 
 def _calls(node: ast.AST) -> list[ast.Call]:
@@ -201,7 +203,7 @@ def test_only_the_executor_makes_engine_forms(module):
     for call in _calls(tree):
         name = _dotted(call)
         if name.split(".")[-1] in ENGINE_FORMS and not name.startswith("execute."):  # the executor's own API
-            assert module == "execute", f"{module}:{call.lineno} calls {name}: engine forms are made by execute"
+            assert module == "execution.execute", f"{module}:{call.lineno} calls {name}: engine forms are made by execute"
 
 
 def _function(module: str, name: str) -> ast.FunctionDef:
@@ -247,7 +249,7 @@ STATS_FIELDS = {"op", "pack_copies", "unpack_copies", "bytes_sent", "bytes_recei
                 "allocated_bytes", "replayed", "cross_host_bytes_sent", "cross_host_messages", "steps",
                 "_received_into", "received_into"}
 STATS_WRITERS = {"received_at", "received_into_result", "begin_step", "end_step"}
-MAY_WRITE_STATS = {"execute", "stats", "planning.plan"}  # plan.Plan, explain's report, has copy fields of its own
+MAY_WRITE_STATS = {"execution.execute", "execution.stats", "planning.plan"}  # plan.Plan, explain's report, has copy fields of its own
 
 
 def _stats_writes(tree: ast.AST) -> list[tuple[int, str]]:

@@ -3,7 +3,7 @@ plans keep; when full it starts over rather than growing."""
 
 from __future__ import annotations
 
-from reshard.replay_cache import ReplayCache
+from reshard.execution.replay_cache import ReplayCache
 
 
 def test_the_cache_keeps_plans_until_full_then_starts_over():

@@ -32,7 +32,7 @@ _LAZY = {
     "all_to_all": "ops", "all_to_all_v": "ops", "all_gather": "ops", "gather": "ops", "reduce_scatter": "ops",
     "all_reduce": "ops", "redistribute": "ops", "last_exchange": "ops",
     "init": "comm", "Comm": "comm", "Mesh": "mesh",
-    "spawn": "launch", "Handle": "handles",
+    "spawn": "launch", "Handle": "execution.handles",
     "moe": "moe",
     "fft": "fft",
 }

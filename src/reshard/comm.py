@@ -8,11 +8,12 @@ import os
 import shutil
 from typing import Any
 
-from . import handles, settings
-from .buffers import release_buffers
+from . import settings
 from .engines.available import ENGINES, default_engine, missing_for
 from .errors import InvalidArgument, MissingDependency, ReshardError
-from .replay_cache import ReplayCache
+from .execution import handles
+from .execution.buffers import release_buffers
+from .execution.replay_cache import ReplayCache
 
 DEFAULT_TIMEOUT: float = settings.BY_NAME["RESHARD_TIMEOUT"].default
 

@@ -21,7 +21,7 @@ HIDDEN = 32
 
 def moe_rank(comm: Any, hosts: int, top_k: int, seed: int) -> dict[str, Any]:
     from . import moe
-    from .stats import last_exchange
+    from .execution.stats import last_exchange
 
     comm.hosts, comm.hosts_mesh = [r * hosts // comm.size for r in range(comm.size)], None
     experts = comm.size

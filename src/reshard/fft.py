@@ -217,8 +217,9 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
          s: Sequence[int] | None = None, check: bool | None = None) -> Array:
     import numpy as np
 
-    from . import execute, ops
-    from .call import Call
+    from . import ops
+    from .execution import execute
+    from .execution.call import Call
 
     torch_in = type(x).__module__.split(".")[0] == "torch"
     if not isinstance(mesh, Mesh) and current_or_none() is None:  # no communicator to tell the others through

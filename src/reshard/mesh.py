@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import handles
 from .comm import Comm, current
 from .errors import InvalidArgument
+from .execution import handles
 from .planning.layout import check_int, ravel, unravel
 from .validate import hosts_mesh_shape
 

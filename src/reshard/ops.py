@@ -18,16 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from . import execute, relayout, validate
-from .call import Call, begin, refuse
-from .call import start as start_call
+from . import relayout, validate
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
-from .hot_replay import MISS, replay_hot
+from .execution import execute
+from .execution.call import Call, begin, refuse
+from .execution.call import start as start_call
+from .execution.hot_replay import MISS, replay_hot
+from .execution.stats import ExchangeStats, last_exchange
 from .mesh import Mesh
 from .planning import hosts_plan, planner
 from .planning.layout import REDUCE_OPS, Shard, normalize_dim
-from .stats import ExchangeStats, last_exchange
 
 __all__ = [
     "all_to_all", "all_to_all_v", "all_gather", "gather", "reduce_scatter", "all_reduce", "redistribute",
@@ -67,8 +68,8 @@ def all_to_all(
       ``sum over i of sizes_i[r]``. Same shapes as ``jax.lax.all_to_all(..., tiled=True)``.
       numpy in, numpy out. ``x`` is never modified.
 
-    Copies: at most one pack and one unpack; the engine's form decides (see ``reshard.execute``).
-    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    Copies: at most one pack and one unpack; the engine's form decides (see ``reshard.execution.execute``).
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
     """
     if async_op:
@@ -128,7 +129,7 @@ def all_to_all_v(
     The counts travel as one small exchange of integers (with the check's records, on or off)
     and are validated as a whole matrix: every rank raises, naming the ranks. The backward pass
     moves no counts at all.
-    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
     """
     if async_op:
@@ -175,7 +176,7 @@ def all_gather(
 
     ``x``: ``[..., L_r, ...]`` (``L_r`` at ``dim``; other dims agree across ranks).
     Returns ``[..., sum over i of L_i, ...]`` on every rank: the full tensor, replicated.
-    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
     """
     if async_op:
@@ -196,7 +197,7 @@ def gather(
     """Rank ``dst`` ends with every rank's ``x`` concatenated along ``dim``; others get None.
 
     ``x``: ``[..., L_r, ...]``. Returns ``[..., sum over i of L_i, ...]`` on ``dst``, None elsewhere.
-    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
     """
     if async_op:
@@ -219,7 +220,7 @@ def reduce_scatter(
 
     ``x``: ``[..., L, ...]``, the same shape on every rank. Returns ``[..., sizes[r], ...]``
     with ``sizes = shard_sizes(L, N)``: values summed (or maxed...) across ranks, in rank order.
-    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
     """
     if async_op:
@@ -241,7 +242,7 @@ def all_reduce(
 
     ``x``: any shape, the same on every rank. Returns the same shape, bit-identical on every
     rank (a reduce_scatter, reduced in rank order, then an all_gather).
-    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
     """
     if async_op:
@@ -289,7 +290,7 @@ def redistribute(
     With ``global_shape=None`` the shards' lengths are learned in one small exchange of
     integers; given, no metadata moves, and with ``check=False`` a repeated call makes no
     extra round at all (the first call of a signature always agrees).
-    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.handles``) whose
+    With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
     """
     if mesh is not None and not isinstance(mesh, Mesh):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import execute, validate
-from .call import Call, begin, refuse, wants_grad
+from . import validate
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
-from .hot_replay import MISS, replay_hot
+from .execution import execute
+from .execution.call import Call, begin, refuse, wants_grad
+from .execution.hot_replay import MISS, replay_hot
 from .mesh import Mesh
 from .planning import planner
 from .planning.layout import Partial, Shard, global_shape_of, mesh_region, parse_placements, unravel
@@ -73,7 +74,7 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
     back_src, back_dst = tuple(b[0] for b in back), tuple(b[1] for b in back)
 
     def grad(k: Call, x: Array, out: Array) -> Array:
-        from . import autograd
+        from .execution import autograd
 
         def reverse(g: Array) -> Array:  # the plan of the gradient's change back, unchecked
             if back_src == back_dst:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .arrays import array_backend, dtype_name, is_torch
 from .errors import InvalidArgument, UnsupportedDType
+from .execution.arrays import array_backend, dtype_name, is_torch
 from .planning.layout import (
     REDUCE_OPS,
     Partial,

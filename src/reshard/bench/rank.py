@@ -283,7 +283,7 @@ def _torch_bytes(a: np.ndarray) -> Any:
 
 def bench_rank(comm: Any, config: dict) -> dict:
     """Runs on every rank: for each size, verify then time every method, interleaved."""
-    from reshard.buffers import release_buffers
+    from reshard.execution.buffers import release_buffers
 
     from .. import ops
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
+from ..execution.stats import Tally
 from ..planning.steps import AllToAll
-from ..stats import Tally
 
 
 class CallState(Protocol):
@@ -22,7 +22,7 @@ class CallState(Protocol):
     op: str
     rank: int
     size: int
-    arrays: Any  # the array backend (``reshard.arrays``) of the tensors in flight
+    arrays: Any  # the array backend (``reshard.execution.arrays``) of the tensors in flight
     tally: Tally
     adapter: Engine
 
@@ -39,7 +39,7 @@ class Engine(Protocol):
     size: int
     timeout: float
     arrays_name: str  # the array library its buffers are in ("torch" or "numpy")
-    arrays: Any  # that library's array backend (``reshard.arrays``)
+    arrays: Any  # that library's array backend (``reshard.execution.arrays``)
     concurrent_groups: bool  # collectives of two of its groups may run at once on two threads
 
     def alltoallv(self, recv: Any, send: Any, recv_counts: Sequence[int], send_counts: Sequence[int], what: str) -> None:

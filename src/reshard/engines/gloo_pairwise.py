@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..arrays import numel
-from ..buffers import alloc, pack_buffer
-from ..pieces import data_ptr, narrow, unpack_others, with_dim
+from ..execution.arrays import numel
+from ..execution.buffers import alloc, pack_buffer
+from ..execution.pieces import data_ptr, narrow, unpack_others, with_dim
 from ..planning.layout import offsets
 from ..planning.steps import AllToAll
 from .base import CallState, ExchangeRun

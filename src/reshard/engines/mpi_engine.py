@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
+from ..execution.arrays import array_backend
 from ..planning.steps import AllToAll, ExchangeBoxes
 from .base import CallState, ExchangeRun
 from .mpi_forms import PeerSend, boxes_form, split_form, typed_fits, typed_form, typed_path_may_take

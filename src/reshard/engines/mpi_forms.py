@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import numel
-from ..buffers import alloc, scratch
-from ..pieces import as_run, data_ptr, narrow, swap01, unpack_others, with_dim
+from ..execution.arrays import numel
+from ..execution.buffers import alloc, scratch
+from ..execution.pieces import as_run, data_ptr, narrow, swap01, unpack_others, with_dim
 from ..planning.layout import offsets
 from ..planning.steps import AllToAll, ExchangeBoxes
 from .base import CallState, ExchangeRun

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..arrays import array_backend
 from ..errors import CommTimeout, RankFailed
-from ..pieces import exchange_packed, pack
+from ..execution.arrays import array_backend
+from ..execution.pieces import exchange_packed, pack
 from ..planning.steps import AllToAll
 from .base import CallState, ExchangeRun
 from .gloo_pairwise import pairwise_form

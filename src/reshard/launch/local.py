@@ -25,9 +25,9 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .. import activity
 from ..engines.available import ENGINES, default_engine, missing_for
 from ..errors import InvalidArgument, MissingDependency
+from ..execution import activity
 from ..planning.layout import check_int
 from .output import RankOutput
 from .payload import main_not_imported, pack, unguarded_call_site

@@ -21,8 +21,8 @@ import tempfile
 import time
 from typing import Any
 
-from .. import activity
 from ..errors import InvalidArgument
+from ..execution import activity
 from .output import RankOutput
 from .report import RankError, job_failed
 from .settings import MALLOC_KEEP

@@ -71,9 +71,9 @@ def main(tmp: str) -> None:
         MPI.COMM_WORLD.Abort(1)
 
     from .. import comm as comm_mod
-    from .. import handles
-    from ..activity import Activity
     from ..engines.mpi_engine import init_mpi
+    from ..execution import handles
+    from ..execution.activity import Activity
 
     os.environ["RESHARD_RANK"] = str(rank)
     comm = None

@@ -16,8 +16,9 @@ import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .. import activity, errors, settings
+from .. import errors, settings
 from ..errors import CommTimeout, RankFailed, ReshardError, on_every_rank
+from ..execution import activity
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARIES = tuple(

@@ -69,9 +69,9 @@ def run(
         torch.set_num_threads(threads_per_rank(size))
     keep_freed_memory()
     from .. import comm as comm_mod
-    from .. import handles
-    from ..activity import Activity
     from ..engines.torch_engine import init_torch
+    from ..execution import handles
+    from ..execution.activity import Activity
 
     comm = None
     ok = False

@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import execute, validate
-from ..arrays import is_numpy, is_torch
-from ..call import Call
-from ..call import start as start_call
+from .. import validate
 from ..comm import Comm
 from ..errors import InvalidArgument, UnsupportedDType
+from ..execution import execute
+from ..execution.arrays import is_numpy, is_torch
+from ..execution.call import Call
+from ..execution.call import start as start_call
 from ..planning.layout import check_int, offsets, shard_sizes
 from . import host_routes, sums, two_level
 from .rows import exchange_segments, index_for, take_rows

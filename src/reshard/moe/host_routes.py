@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import is_torch
+from ..execution.arrays import is_torch
 from ..planning import hosts_plan
 
 Array = Any

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import execute
-from ..arrays import array_backend, is_torch
-from ..call import Call
 from ..comm import Comm
+from ..execution import execute
+from ..execution.arrays import array_backend, is_torch
+from ..execution.call import Call
+from ..execution.stats import ExchangeStats
 from ..planning import planner
-from ..stats import ExchangeStats
 
 Array = Any
 

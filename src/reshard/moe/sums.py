@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import array_backend, is_torch
+from ..execution.arrays import array_backend, is_torch
 
 Array = Any
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import execute
-from ..arrays import is_torch
 from ..comm import Comm
+from ..execution import execute
+from ..execution.arrays import is_torch
 from ..mesh import Mesh
 from . import host_routes, sums
 from .rows import may_overlap, start_rows, take_rows

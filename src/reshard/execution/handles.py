@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from .errors import CommTimeout, InvalidArgument
+from ..errors import CommTimeout, InvalidArgument
 
 
 class Handle:
@@ -145,7 +145,7 @@ class _Worker:
 
 
 _WORKER = _Worker()
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the reshard package
 
 
 def _caller_site() -> tuple[str, int]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..planning.layout import offsets
 from .arrays import data_ptr, is_torch, numel
 from .buffers import alloc, scratch
-from .planning.layout import offsets
 
 Array = Any  # torch.Tensor or numpy.ndarray
 

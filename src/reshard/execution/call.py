@@ -27,10 +27,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..comm import Comm, current, current_or_none
+from ..errors import InvalidArgument, MismatchError, ReshardError
 from . import agreement, handles
 from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
-from .comm import Comm, current, current_or_none
-from .errors import InvalidArgument, MismatchError, ReshardError
 from .hot_replay import MISS, HotReplay, ReplayState, plain_key, replay_hot
 from .stats import ExchangeStats, Tally, set_last
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from ..comm import Comm, current_or_none
+from ..planning.layout import Partial, Replicate, Shard
 from . import handles
 from .activity import op_code
 from .arrays import is_numpy, is_torch, to_torch
-from .comm import Comm, current_or_none
-from .planning.layout import Partial, Replicate, Shard
 from .stats import ExchangeStats, Tally, set_last_replay
 
 MISS = object()  # no result: the call goes on down the full path

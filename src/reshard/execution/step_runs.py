@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..engines.base import CallState
+from ..planning.layout import offsets, shard_sizes
+from ..planning.plan import region_numel as box_size
+from ..planning.steps import Box, ExchangeBoxes, Reorder
 from .arrays import is_torch, numel
 from .buffers import alloc, pack_buffer
-from .engines.base import CallState
 from .pieces import contiguous, data_ptr, exchange_packed, narrow, pack, segments, with_dim
-from .planning.layout import offsets, shard_sizes
-from .planning.plan import region_numel as box_size
-from .planning.steps import Box, ExchangeBoxes, Reorder
 
 Array = Any  # torch.Tensor or numpy.ndarray
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgument, UnsupportedDType
+from ..errors import InvalidArgument, UnsupportedDType
 
 
 def is_torch(x: Any) -> bool:

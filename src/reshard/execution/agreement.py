@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ERROR_CODES, InvalidArgument, MismatchError, ReshardError, error_code
+from ..errors import ERROR_CODES, InvalidArgument, MismatchError, ReshardError, error_code
 
 MAGIC = 0x5245534841524431  # "RESHARD1": a record from something else is caught, not misread
 MAX_DIMS = 16

@@ -13,11 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import step_runs
-from .call import Call, wants_grad
-from .engines.base import CallState, Tally
-from .planning import planner
-from .planning.steps import (
+from ..engines.base import CallState, Tally
+from ..planning import planner
+from ..planning.steps import (
     AllGather,
     AllToAll,
     AllToAllV,
@@ -29,6 +27,8 @@ from .planning.steps import (
     Reorder,
     Step,
 )
+from . import step_runs
+from .call import Call, wants_grad
 from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
 
 Array = Any  # torch.Tensor or numpy.ndarray
