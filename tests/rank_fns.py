@@ -500,7 +500,7 @@ def grad_input_all_to_all(comm):
 def executed_and_planned(comm, shape, pairs, mesh_shape=None):
     """For each (src, dst): the steps this rank ran (collective, bytes sent, bytes received)
     and the steps ``reshard plan --rank`` gives it, on the world or on a mesh."""
-    from reshard.rank_view import rank_report
+    from reshard.tools.rank_view import rank_report
 
     mesh = rs.Mesh(mesh_shape, comm=comm) if mesh_shape else None
     full = pattern(shape, "float32")

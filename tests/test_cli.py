@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from cli_run import reshard_cli
-from reshard.demo import global_matrix, verify
 from reshard.planning.layout import Shard, local_shard
+from reshard.tools.demo import global_matrix, verify
 
 
 def test_demo_shows_the_row_to_column_example():

@@ -64,7 +64,7 @@ def test_doctor_prints_no_trailing_blanks_or_control_characters():
 
 
 def test_doctor_does_not_import_torch():
-    probe = "import sys; from reshard.doctor import collect; collect(); print('torch' in sys.modules)"
+    probe = "import sys; from reshard.tools.doctor import collect; collect(); print('torch' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert run.stdout.strip() == "False", run.stdout + run.stderr
 

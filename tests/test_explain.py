@@ -7,8 +7,8 @@ import functools
 import json
 
 from cli_run import reshard_cli
-from reshard.explain import answer
 from reshard.planning.plan import make_plan
+from reshard.tools.explain import answer
 
 
 @functools.cache

@@ -20,7 +20,7 @@ LAYERS = [
     ["planning.mesh_plan"],
     ["planning.planner"],
     ["planning"],
-    ["rank_view"],
+    ["tools.rank_view"],
     ["execution.stats", "execution.activity", "execution.handles"],
     ["execution.buffers", "execution.agreement", "execution.replay_cache", "validate"],
     ["execution.pieces"],
@@ -47,19 +47,20 @@ LAYERS = [
     ["viz.moe_scenes"],
     ["viz.terminal", "viz.pictures"],
     ["viz"],
-    ["demo", "explain", "explain_moe", "doctor"],
+    ["tools.demo", "tools.explain", "tools.explain_moe", "tools.doctor"],
     ["bench.check", "bench.overlap", "bench.calibrate"],
     ["bench.mesh"],
     ["bench.rank"],
     ["bench.report"],
     ["bench"],
-    ["cli_common"],
-    ["cli_plan"],
+    ["tools.cli_common"],
+    ["tools.cli_plan"],
+    ["tools"],
     ["cli"],
     ["__main__", ""],
 ]
 PURE = {"planning", "planning.hosts_plan", "planning.layout", "planning.plan", "planning.rank_plan", "planning.mesh_plan",
-        "planning.steps", "planning.planner", "rank_view", "errors", "messages", "settings", "execution.stats",
+        "planning.steps", "planning.planner", "tools.rank_view", "errors", "messages", "settings", "execution.stats",
         "execution.activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 
@@ -327,3 +328,15 @@ tally.packs += 1
 """
     lines = sorted({line for line, _ in _stats_writes(ast.parse(code))})
     assert lines == [2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14], lines  # not the plain name (7), not a tally (15)
+
+
+MAX_TOP_MODULES = 14
+
+
+def test_the_top_folder_holds_few_modules():
+    """The layers show as folders (planning, execution, engines, moe, launch, viz, bench,
+    tools): at most 14 modules directly in the package, its ``__init__`` counted."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert {"planning", "execution", "engines", "moe", "launch", "tools"} <= folders, folders

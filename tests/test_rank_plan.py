@@ -21,7 +21,7 @@ from reshard.planning.layout import Replicate, Shard, local_region, mesh_region,
 from reshard.planning.mesh_plan import BoxExchange
 from reshard.planning.rank_plan import ExchangeGeometry
 from reshard.planning.steps import AllToAll
-from reshard.rank_view import rank_report
+from reshard.tools.rank_view import rank_report
 
 
 def _elements(pairs):

@@ -7,12 +7,12 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .cli_common import make_console, parse_shape, placement, positive
-from .cli_plan import cmd_plan
 from .engines.available import ENGINES
 from .errors import InvalidArgument, ReshardError
 from .messages import LANGS, say
 from .planning.layout import Shard
+from .tools.cli_common import make_console, parse_shape, placement, positive
+from .tools.cli_plan import cmd_plan
 
 # Here rather than in bench (which imports numpy), so the CLI starts light; bench's docstring
 # says what each method measures.
@@ -131,7 +131,7 @@ def _missing_extra(args: argparse.Namespace) -> str | None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .tools.demo import run_demo
 
     console = make_console(args.no_color)
     if args.mesh:
@@ -157,8 +157,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _demo_mesh(args: argparse.Namespace, console) -> int:
     import math
 
-    from .demo import run_demo_mesh
     from .planning.layout import parse_placements
+    from .tools.demo import run_demo_mesh
 
     if len(args.shape) != 2:
         console.print(say("cli.error", args.lang, error="demo draws a matrix: --shape needs two sizes"))
@@ -193,7 +193,7 @@ def _pictures(args: argparse.Namespace, scenes: list, title: str, console) -> No
 
 def _explain_moe(args: argparse.Namespace) -> int:
     """``reshard explain --moe``: run a small dispatch and combine both ways, then say and draw it."""
-    from .explain_moe import run_explain_moe
+    from .tools.explain_moe import run_explain_moe
     from .viz.moe_scenes import moe_scenes
     from .viz.terminal import render_explain_moe
 
@@ -216,7 +216,7 @@ def _explain_moe(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .explain import run_explain
+    from .tools.explain import run_explain
     from .viz.terminal import render_explain
 
     if args.moe:
@@ -245,7 +245,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import collect, render
+    from .tools.doctor import collect, render
 
     report = collect(engine=args.engine, ranks=args.ranks, timeout=args.timeout)
     if args.json:

@@ -20,8 +20,8 @@ HIDDEN = 32
 
 
 def moe_rank(comm: Any, hosts: int, top_k: int, seed: int) -> dict[str, Any]:
-    from . import moe
-    from .execution.stats import last_exchange
+    from .. import moe
+    from ..execution.stats import last_exchange
 
     comm.hosts, comm.hosts_mesh = [r * hosts // comm.size for r in range(comm.size)], None
     experts = comm.size
@@ -47,7 +47,7 @@ def moe_rank(comm: Any, hosts: int, top_k: int, seed: int) -> dict[str, Any]:
 def run_explain_moe(ranks: int, hosts: int, top_k: int, engine: str | None, timeout: float = 60.0,
                     seed: int = 0) -> dict[str, Any]:
     """Every rank's routing and rows on both paths, with the rows that crossed between hosts."""
-    from .launch import spawn
+    from ..launch import spawn
 
     per_rank = spawn(moe_rank, ranks, engine=engine or "gloo", args=(hosts, top_k, seed), timeout=timeout)
     per_host = ranks // hosts

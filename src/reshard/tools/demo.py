@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engines.available import installed
-from .errors import MissingDependency
-from .messages import say
-from .planning.layout import Partial, Placement, Replicate, local_shard
-from .viz.terminal import render_demo
+from ..engines.available import installed
+from ..errors import MissingDependency
+from ..messages import say
+from ..planning.layout import Partial, Placement, Replicate, local_shard
+from ..viz.terminal import render_demo
 
 
 def global_matrix(shape: tuple[int, int], dtype: str) -> Any:
@@ -34,7 +34,7 @@ def _contiguous(a: Any) -> Any:
 
 def demo_rank(comm: Any, shape: tuple[int, int], src: Placement, dst: Placement, dtype: str) -> tuple:
     """One rank: take my part of A under ``src``, redistribute to ``dst``, report what moved."""
-    from . import ops
+    from .. import ops
 
     full = global_matrix(shape, dtype)
     mine = _contiguous(local_shard(full, src, comm.rank, comm.size))
@@ -81,8 +81,8 @@ def verify(shape: tuple[int, int], dtype: str, dst: Placement, outs: list[Any]) 
 def run_demo(ranks: int, shape: tuple[int, int], src: Placement, dst: Placement, dtype: str,
              engine: str, lang: str, console: Any, timeout: float = 60.0) -> int:
     """Run, draw and check the exchange; the exit status (0 when every rank is right)."""
-    from .errors import ReshardError
-    from .launch import spawn
+    from ..errors import ReshardError
+    from ..launch import spawn
 
     try:
         results = spawn(demo_rank, ranks, engine=engine, args=(shape, src, dst, dtype), timeout=timeout)
@@ -103,8 +103,8 @@ def run_demo(ranks: int, shape: tuple[int, int], src: Placement, dst: Placement,
 
 def demo_mesh_rank(comm: Any, mesh_shape: tuple, shape: tuple[int, int], src: tuple, dst: tuple, dtype: str) -> tuple:
     """One rank of a mesh: take my part of A under ``src``, redistribute on the mesh to ``dst``."""
-    from . import ops
-    from .mesh import Mesh
+    from .. import ops
+    from ..mesh import Mesh
 
     mesh = Mesh(mesh_shape, comm=comm)
     full = global_matrix(shape, dtype)
@@ -137,10 +137,10 @@ def verify_mesh(shape: tuple[int, int], dtype: str, mesh_shape: tuple, dst: tupl
 def run_demo_mesh(mesh_shape: tuple, shape: tuple[int, int], src: tuple, dst: tuple, dtype: str, engine: str,
                   lang: str, console: Any, timeout: float = 60.0) -> tuple[int, Any]:
     """Run, draw and check a layout change on a mesh; (exit status, the scene for pictures)."""
-    from .errors import ReshardError
-    from .launch import spawn
-    from .viz.scenes import mesh_scene
-    from .viz.terminal import render_mesh_demo
+    from ..errors import ReshardError
+    from ..launch import spawn
+    from ..viz.scenes import mesh_scene
+    from ..viz.terminal import render_mesh_demo
 
     size = 1
     for s in mesh_shape:

@@ -7,10 +7,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .planning import planner
-from .planning.layout import Placement, Shard, mesh_region, parse_placement, parse_placements, shard_range, unravel
-from .planning.plan import ITEMSIZE
-from .planning.steps import AllGather, AllToAll, ExchangeBoxes, OnMeshDim, ReduceScatter, Step
+from ..planning import planner
+from ..planning.layout import Placement, Shard, mesh_region, parse_placement, parse_placements, shard_range, unravel
+from ..planning.plan import ITEMSIZE
+from ..planning.steps import AllGather, AllToAll, ExchangeBoxes, OnMeshDim, ReduceScatter, Step
 
 DETAIL_MAX_PEERS = 64  # a step lists each peer's region up to this many peers
 

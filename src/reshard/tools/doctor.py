@@ -19,10 +19,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import settings
-from .engines.available import ENGINES, installed, missing_for
-from .errors import ReshardError
-from .meta import VERSION
+from .. import settings
+from ..engines.available import ENGINES, installed, missing_for
+from ..errors import ReshardError
+from ..meta import VERSION
 
 MPI_PROBE = ("import mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; "
              "from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), '').strip().splitlines()[0].strip())")
@@ -97,7 +97,7 @@ def engines_here(torch: dict[str, Any], mpi_version: str | None, mpi_why: str | 
         out["mpi"] = {"works": False, "why": mpi_why}
     else:
         try:
-            from .launch.mpi import find_launcher
+            from ..launch.mpi import find_launcher
 
             out["mpi"] = {"works": True, "why": None, "launcher": find_launcher()[0]}
         except ReshardError as exc:
@@ -107,8 +107,8 @@ def engines_here(torch: dict[str, Any], mpi_version: str | None, mpi_why: str | 
 
 def shared_memory() -> dict[str, Any]:
     """Whether same-host gloo ranks can exchange through the shared-memory outbox."""
-    from .engines.shm import host_key, smallest_here
-    from .engines.shm_notes import usable_here
+    from ..engines.shm import host_key, smallest_here
+    from ..engines.shm_notes import usable_here
 
     try:
         wanted = settings.read("RESHARD_SHM")
@@ -142,7 +142,7 @@ def shared_memory() -> dict[str, Any]:
 
 def launcher() -> dict[str, Any]:
     """The launcher this process runs under, from the variables it sets."""
-    from .comm import launcher_env
+    from ..comm import launcher_env
 
     try:
         found = launcher_env()
@@ -190,8 +190,8 @@ def doctor_rank(comm: Any) -> dict[str, Any]:
     (the size that takes shared memory), checked bit for bit against numpy."""
     import numpy as np
 
-    from . import ops
-    from .planning.layout import Shard, local_shard
+    from .. import ops
+    from ..planning.layout import Shard, local_shard
 
     n = comm.size
     full = np.arange(256 * n * 1024 * n, dtype=np.float32).reshape(256 * n, 1024 * n)
@@ -207,7 +207,7 @@ def doctor_rank(comm: Any) -> dict[str, Any]:
 
 def trial(engine: str, ranks: int, timeout: float) -> dict[str, Any]:
     """A real exchange on ``ranks`` local ranks of ``engine``."""
-    from .launch import spawn
+    from ..launch import spawn
 
     started = time.perf_counter()
     try:
@@ -230,7 +230,7 @@ def collect(engine: str | None = None, ranks: int | None = None, timeout: float 
     mpi_version, mpi_why = mpi_library()
     engines = engines_here(torch, mpi_version, mpi_why)
     report: dict[str, Any] = {
-        "reshard": {"version": VERSION, "path": str(Path(__file__).resolve().parent)},
+        "reshard": {"version": VERSION, "path": str(Path(__file__).resolve().parents[1])},
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "executable": sys.executable, "platform": platform.platform()},
         "libraries": {"numpy": _version("numpy"), "torch": torch.get("version"), "torch_cuda": torch.get("cuda"),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..errors import ReshardError
 from .cli_common import SMALL_PLAN_RANKS, make_console, placement
-from .errors import ReshardError
 
 HOSTS_DEFAULT_SHAPE = (65536, 65536)  # with --hosts and no --shape: a layer-sized matrix
 
@@ -16,15 +16,15 @@ def _plan_hosts(args: argparse.Namespace) -> int:
     """The row -> column all_to_all on ``--hosts`` x ``--ranks-per-host`` ranks: flat against two-level."""
     import math
 
-    from .planning.hosts_plan import Levels, two_level_table
-    from .planning.plan import ITEMSIZE
+    from ..planning.hosts_plan import Levels, two_level_table
+    from ..planning.plan import ITEMSIZE
 
     if args.dtype not in ITEMSIZE:
         raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
     n = args.hosts * args.ranks_per_host
     if args.rank is not None:  # that rank's part of the two-level exchange
+        from ..viz.terminal import render_rank_plan
         from .rank_view import hosts_rank_report
-        from .viz.terminal import render_rank_plan
 
         if not 0 <= args.rank < n:
             raise ReshardError(f"--rank {args.rank} is outside the {n} ranks (0 to {n - 1})")
@@ -70,7 +70,7 @@ def _plan_hosts(args: argparse.Namespace) -> int:
 
 def _plan_moe(args: argparse.Namespace) -> int:
     """MoE dispatch (FP8 with its scales) and combine (BF16) across hosts, on paper."""
-    from .planning.hosts_plan import moe_table
+    from ..planning.hosts_plan import moe_table
 
     hosts = args.hosts or 2
     if args.top_k > args.experts:
@@ -105,9 +105,9 @@ def _plan_moe(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .planning.layout import parse_placements
-    from .planning.plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
-    from .viz.terminal import render_mesh_plan, render_plan
+    from ..planning.layout import parse_placements
+    from ..planning.plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
+    from ..viz.terminal import render_mesh_plan, render_plan
 
     if args.moe:
         return _plan_moe(args)
@@ -131,7 +131,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         else:
             render_plan(make_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
         return 0
-    from .planning.mesh_plan import plan_summary
+    from ..planning.mesh_plan import plan_summary
 
     if args.mesh and (args.src is None or args.dst is None):
         raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
@@ -157,10 +157,10 @@ def _plan_rank(args: argparse.Namespace) -> int:
     """``reshard plan --rank R``: that rank's part alone."""
     import math
 
-    from .planning.layout import parse_placements
-    from .planning.plan import ITEMSIZE
+    from ..planning.layout import parse_placements
+    from ..planning.plan import ITEMSIZE
+    from ..viz.terminal import render_rank_plan
     from .rank_view import rank_report
-    from .viz.terminal import render_rank_plan
 
     size = math.prod(args.mesh) if args.mesh else args.ranks
     if not 0 <= args.rank < size:

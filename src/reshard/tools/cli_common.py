@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from .errors import InvalidArgument
-from .planning.layout import parse_placement
+from ..errors import InvalidArgument
+from ..planning.layout import parse_placement
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

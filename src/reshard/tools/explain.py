@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgument
-from .planning.layout import Shard, local_shard
-from .planning.plan import describe_region
+from ..errors import InvalidArgument
+from ..planning.layout import Shard, local_shard
+from ..planning.plan import describe_region
 
 COLLECTIVES = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
 DTYPES = ("float32", "float64", "float16", "int32", "int64")
@@ -50,8 +50,8 @@ def check_exact(shape: tuple[int, int], ranks: int, dtype: str) -> None:
 def explain_rank(comm: Any, shape: tuple[int, int], dtype: str = DEFAULT_DTYPE) -> tuple[np.ndarray, np.ndarray, dict[str, dict]]:
     """One rank: run every collective (the movement ones on its row block, the reduce ones on
     its partial sum); report outputs, bytes and allocations."""
-    from . import ops
-    from .errors import ReshardError
+    from .. import ops
+    from ..errors import ReshardError
 
     rows = np.ascontiguousarray(local_shard(base_matrix(shape, dtype), Shard(0), comm.rank, comm.size))
     partial = partial_input(shape, comm.rank, dtype)
@@ -195,7 +195,7 @@ def answer(facts: dict[str, Any], collective: str = "all_to_all") -> dict[str, A
 
 def run_explain(ranks: int, shape: tuple[int, int], engine: str, timeout: float = 60.0,
                 dtype: str = DEFAULT_DTYPE) -> dict[str, Any]:
-    from .launch import spawn
+    from ..launch import spawn
 
     check_exact(shape, ranks, dtype)
     results = spawn(explain_rank, ranks, engine=engine, args=(shape, dtype), timeout=timeout)
