@@ -38,7 +38,7 @@ LAYERS = [
     ["moe.sums", "moe.host_routes", "moe.rows"],
     ["moe.two_level"],
     ["moe", "fft"],
-    ["launch.settings", "launch.report", "launch.payload", "launch.output"],
+    ["launch.process", "launch.report", "launch.payload", "launch.output"],
     ["launch.torch_rank", "launch.mpi_rank", "launch.mpi"],
     ["launch.local"],
     ["launch"],

@@ -31,8 +31,8 @@ from ..execution import activity
 from ..planning.layout import check_int
 from .output import RankOutput
 from .payload import main_not_imported, pack, unguarded_call_site
+from .process import FAILURE_GRACE_S
 from .report import RankError, job_failed
-from .settings import FAILURE_GRACE_S
 
 
 def _context() -> Any:

@@ -24,8 +24,8 @@ from typing import Any
 from ..errors import InvalidArgument
 from ..execution import activity
 from .output import RankOutput
+from .process import MALLOC_KEEP
 from .report import RankError, job_failed
-from .settings import MALLOC_KEEP
 
 FOLLOW_S = 0.05  # how often the ranks' output files are read while the job runs
 RESULT = "result-{rank}.pkl"
@@ -79,7 +79,7 @@ def spawn_mpi(payload: bytes, size: int, timeout: float, check: bool) -> list[An
         env = dict(os.environ, RESHARD_TIMEOUT=str(timeout))
         # Each rank's share of the cores for OpenMP (torch, numpy's BLAS), as torchrun does.
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // size)))
-        for key, value in MALLOC_KEEP.items():  # see launch.settings: no page faults per call
+        for key, value in MALLOC_KEEP.items():  # see launch.process: no page faults per call
             env.setdefault(key, value)
         output, offsets = RankOutput(size), {}
         launcher_err = os.path.join(tmp, "launcher-stderr")

@@ -14,8 +14,8 @@ import torch  # noqa: F401  (preloaded in the fork server so every rank starts w
 import torch.distributed  # noqa: F401
 
 from .payload import unpack
+from .process import KEEP_FREED_BYTES, TOP_PAD_BYTES
 from .report import encode, rank_error
-from .settings import KEEP_FREED_BYTES, TOP_PAD_BYTES
 
 
 def keep_freed_memory() -> None:

@@ -1,4 +1,5 @@
-"""The process settings that every way of starting local ranks shares."""
+"""What every way of starting local ranks sets in their processes: the failure grace, and
+memory that stays mapped between calls (the library's own settings are ``reshard.settings``)."""
 
 from __future__ import annotations
 
