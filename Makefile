@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint docs clean
+.PHONY: setup demo test test-pure lint docs clean
 
 setup: $(STAMP)
 
@@ -21,6 +21,9 @@ demo: setup
 test: setup
 	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m pytest -q
+
+test-pure: setup
+	$(PY) -m pytest -q tests/pure
 
 lint: setup
 	$(PY) -m ruff check src tests benchmarks examples

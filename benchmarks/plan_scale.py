@@ -22,7 +22,7 @@ from reshard.planning import planner
 from reshard.planning.layout import Shard
 from reshard.planning.mesh_plan import plan_summary
 from reshard.planning.plan import make_plan
-from reshard.tools.rank_view import rank_report
+from reshard.tools.rank_report import rank_report
 
 CASES = [  # (what, shape, src, dst, world size or mesh, limit in ms)
     ("S(0)->S(1), 65,536 ranks", (65_536 * 3 + 5, 65_536 * 2 + 7), Shard(0), Shard(1), 65_536, 50.0),

@@ -29,7 +29,7 @@ JOB = textwrap.dedent(
     import numpy as np
     import reshard as rs
     from reshard.bench.calibrate import calibrate_job
-    from reshard.planning.hosts_plan import Levels, two_level_table
+    from reshard.planning.host_costs import Levels, two_level_table
 
     comm = rs.init(timeout=600)
     repeats = int(sys.argv[2])

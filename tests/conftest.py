@@ -1,9 +1,10 @@
+"""What every test shares: the timeout ranks run under and a compile cache of the run's own.
+Helpers are the package ``tests.helpers`` (the repository root is on the path: pyproject's
+``pythonpath``), importable by rank processes too."""
+
 import os
 import shutil
-import sys
 import tempfile
-
-sys.path.insert(0, os.path.dirname(__file__))  # oracle/conformance importable by rank processes too
 
 os.environ.setdefault("RESHARD_TIMEOUT", "120")
 

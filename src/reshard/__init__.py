@@ -18,9 +18,9 @@ from .errors import (
     ReshardError,
     UnsupportedDType,
 )
-from .meta import VERSION
 from .planning import layout, plan
 from .planning.layout import Partial, Replicate, Shard, local_shard, parse_placement, parse_placements, shard_sizes
+from .version import VERSION
 
 __version__ = VERSION
 

@@ -22,7 +22,7 @@ DEMO_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int32", "in
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .meta import VERSION
+    from .version import VERSION
 
     parser = argparse.ArgumentParser(prog="reshard", description="AllToAll as a layout exchange, on real ranks.")
     parser.add_argument("--version", action="version", version=f"reshard {VERSION}")
@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--src", help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
     bench.add_argument("--dst", help="with --mesh: the destination, e.g. 'S(1),S(0)'")
     bench.add_argument("--op", choices=("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe"), default="redistribute", help="the collective to time (default redistribute, Shard(0) -> Shard(1))")
-    bench.add_argument("--overlap", action="store_true", help="time compute hidden behind started calls (async_op=True): an all_to_all of the first --sizes with a matrix multiply, and a MoE layer through rs.moe.pipeline (on two hosts with a shaped link: benchmarks/overlap.py)")
+    bench.add_argument("--overlap", action="store_true", help="time compute hidden behind started calls (async_op=True): an all_to_all of the first --sizes with a matrix multiply, and a MoE layer through rs.moe.pipeline whose experts compute about as long as its exchanges, in 1, 2, 4 and 8 parts (on two hosts with a shaped link: benchmarks/overlap.py)")
+    bench.add_argument("--timeline", metavar="PNG", help="with --overlap: draw one 4-part MoE step, every rank's dispatches, expert passes and combines, to this PNG")
     bench.add_argument("--sizes", default="64K..64M", help="bytes per rank: START..END (x4 steps) or a list 1M,16M (default 64K..64M)")
     bench.add_argument("--factor", type=positive, default=4, help="step between sizes in START..END (default 4)")
     bench.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64", "int8"), default="float32", help="element type (default float32)")
@@ -281,7 +282,7 @@ def _bench_calibrate(args: argparse.Namespace) -> int:
 
 
 def _bench_overlap(args: argparse.Namespace, nbytes: int) -> int:
-    from .bench.overlap import overlap_job, overlap_table
+    from .bench.overlap import overlap_job, overlap_table, write_timeline
     from .launch import spawn
 
     if 8 % args.ranks:
@@ -291,6 +292,9 @@ def _bench_overlap(args: argparse.Namespace, nbytes: int) -> int:
                    timeout=args.timeout)[0]
     result["engine"] = args.engine or "gloo"
     print(overlap_table(result))
+    if args.timeline:
+        write_timeline(args.timeline, result["moe"], f"{args.ranks} local {result['engine']} ranks")
+        print(f"wrote {args.timeline} (PNG picture: one MoE step's timeline)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
@@ -304,6 +308,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sizes = bench.parse_sizes(args.sizes, args.factor)
     except (ValueError, IndexError) as exc:
         print(f"reshard bench: cannot read --sizes {args.sizes!r}: {exc}", file=sys.stderr)
+        return 2
+    if args.timeline and not args.overlap:
+        print("reshard bench: --timeline draws the MoE step of --overlap; give both", file=sys.stderr)
         return 2
     if args.overlap:
         return _bench_overlap(args, sizes[0])

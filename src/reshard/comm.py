@@ -24,7 +24,8 @@ class Comm:
     ``rank``, ``size``, ``engine`` ("gloo", "nccl" or "mpi"), ``group`` (the torch
     ProcessGroup on torch engines), ``mpi_comm`` (the mpi4py communicator on MPI), ``check``
     (whether ops run the cross-rank agreement check by default), ``timeout`` (seconds).
-    ``adapter`` is the engine adapter that moves the bytes (``reshard.engines.base.Engine``).
+    ``primitives`` is the engine object whose primitives move the bytes (``reshard.engines.base.Engine``);
+    ``engine`` is its name.
     ``hosts[q]`` is rank q's host index (hosts numbered by their lowest rank) and ``host`` this
     rank's: the launcher's grouping where it gives one (torchrun's ``GROUP_RANK``, the MPI
     processor name under a launcher), else the machine itself (its boot and namespaces, the key
@@ -32,23 +33,24 @@ class Comm:
     (every rank makes it together); a sub-communicator takes its members' from its parent.
     """
 
-    def __init__(self, adapter: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT,
+    def __init__(self, primitives: Any, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT,
                  hosts: list[int] | None = None):
-        self.adapter = adapter
-        self.rank: int = adapter.rank
-        self.size: int = adapter.size
-        self.engine: str = adapter.name
+        self.primitives = primitives
+        self.rank: int = primitives.rank
+        self.size: int = primitives.size
+        self.engine: str = primitives.name
         self.check: bool = check
         self.timeout: float = timeout
         self.replay_cache = ReplayCache()  # call signature -> what its first call worked out (call.py)
         self.activity: Any = None  # an activity.Activity where rs.spawn watches this rank
         self.children: list[Comm] = []  # communicators made from this one (mesh dims), closed with it
-        self.hosts: list[int] = _numbered(hosts) if hosts is not None else _learn_hosts(adapter)
+        self.hosts: list[int] = _numbered(hosts) if hosts is not None else _learn_hosts(primitives)
         self.hosts_mesh: Any = None  # rs.Mesh.from_hosts(self), made by the first two-level exchange
+        self.pipeline_lane: Comm | None = None  # rs.moe.pipeline's communicator for its combines
         if check and self.engine == "mpi":
             # The vote's board now, while every rank makes the communicator (gloo's is made with its
             # shared memory): a rank that never votes, or leaves, is then named from the first call.
-            adapter.vote_board()
+            primitives.vote_board()
 
     @property
     def host(self) -> int:
@@ -57,17 +59,17 @@ class Comm:
 
     @property
     def group(self) -> Any:
-        return getattr(self.adapter, "group", None)
+        return getattr(self.primitives, "group", None)
 
     @property
     def mpi_comm(self) -> Any:
-        return getattr(self.adapter, "mpi_comm", None)
+        return getattr(self.primitives, "mpi_comm", None)
 
     def barrier(self) -> None:
         handles.settle()
         if self.activity is not None:
             self.activity.enter("barrier")
-        self.adapter.barrier()
+        self.primitives.barrier()
         if self.activity is not None:
             self.activity.leave()
 
@@ -75,11 +77,11 @@ class Comm:
         global _current
         handles.close(self)  # calls started and never waited for finish first (with a warning)
         for child in self.children:
-            child.adapter.close()
+            child.primitives.close()
         self.children.clear()
         release_buffers()
         self.replay_cache.clear()
-        self.adapter.close()
+        self.primitives.close()
         if _current is self:
             _current = None
 
@@ -96,12 +98,12 @@ def _numbered(keys: list[int]) -> list[int]:
     return [index.setdefault(int(k), len(index)) for k in keys]
 
 
-def _host_key(adapter: Any) -> int:
+def _host_key(primitives: Any) -> int:
     """This rank's host, as a number every rank of that host computes alike."""
     group = os.environ.get("GROUP_RANK")  # torchrun: the index of this rank's node
     if group is not None and "TORCHELASTIC_RUN_ID" in os.environ:
         return -1 - int(group)
-    if adapter.name == "mpi" and launcher_env() is not None:
+    if primitives.name == "mpi" and launcher_env() is not None:
         from mpi4py import MPI
 
         return int.from_bytes(hashlib.blake2b(MPI.Get_processor_name().encode(), digest_size=8).digest(), "little") >> 1
@@ -110,14 +112,14 @@ def _host_key(adapter: Any) -> int:
     return host_key()
 
 
-def _learn_hosts(adapter: Any) -> list[int]:
+def _learn_hosts(primitives: Any) -> list[int]:
     """Collective: every rank's host index, from one all-gather of an int64 per rank."""
-    if adapter.size == 1:
+    if primitives.size == 1:
         return [0]
     import numpy as np
 
-    mine = np.array([_host_key(adapter)], dtype=np.int64)
-    keys = adapter.allgather_bytes(mine.view(np.uint8), "hosts").view(np.int64).reshape(-1)
+    mine = np.array([_host_key(primitives)], dtype=np.int64)
+    keys = primitives.allgather_bytes(mine.view(np.uint8), "hosts").view(np.int64).reshape(-1)
     return _numbered([int(k) for k in keys])
 
 
@@ -220,7 +222,7 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
     if missing is not None:
         raise MissingDependency(missing)
     if wanted == "mpi":
-        adapter = _lone_mpi(timeout) if found is None else _mpi(timeout)
+        primitives = _lone_mpi(timeout) if found is None else _mpi(timeout)
     else:
         from .engines.torch_engine import init_torch
 
@@ -234,11 +236,11 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
             tmp = tempfile.mkdtemp(prefix="reshard-solo-")
             atexit.register(shutil.rmtree, tmp, True)
             store = dist.FileStore(os.path.join(tmp, "store"), 1)
-            adapter = init_torch(backend, 0, 1, timeout, store=store)
-            adapter.scratch_dir = tmp
+            primitives = init_torch(backend, 0, 1, timeout, store=store)
+            primitives.scratch_dir = tmp
         else:
             _, rank, size = found
-            adapter = init_torch(backend, rank, size, timeout)
-    comm = Comm(adapter, check=check, timeout=timeout)
+            primitives = init_torch(backend, rank, size, timeout)
+    comm = Comm(primitives, check=check, timeout=timeout)
     set_current(comm)
     return comm

@@ -79,9 +79,9 @@ class Mesh:
                 if members[0] not in seen:
                     seen.add(members[0])
                     groups.append(members)
-            adapter = self.comm.adapter.subgroup(groups)
+            primitives = self.comm.primitives.subgroup(groups)
             members = next(g for g in groups if self.comm.rank in g)
-            sub = Comm(adapter, check=self.comm.check, timeout=self.comm.timeout,
+            sub = Comm(primitives, check=self.comm.check, timeout=self.comm.timeout,
                        hosts=[self.comm.hosts[q] for q in members])
             sub.activity = self.comm.activity
             self.comm.children.append(sub)

@@ -18,16 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from . import relayout, validate
+from . import redistribution, validate
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
 from .execution import execute
-from .execution.call import Call, begin, refuse
-from .execution.call import start as start_call
+from .execution.call import Call, refuse, replay_or_new, run_started
 from .execution.hot_replay import MISS, replay_hot
 from .execution.stats import ExchangeStats, last_exchange
 from .mesh import Mesh
-from .planning import hosts_plan, planner
+from .planning import host_costs, planner
 from .planning.layout import REDUCE_OPS, Shard, normalize_dim
 
 __all__ = [
@@ -59,7 +58,7 @@ def all_to_all(
         ranks with the same local index; needs the same number of consecutive ranks on each
         host; with ``split_dim == concat_dim`` what arrived inside the host is put in
         destination-host order before it crosses) or ``"auto"`` (flat on one host; across
-        several, whichever ``reshard.planning.hosts_plan``'s two-level alpha-beta model estimates
+        several, whichever ``reshard.planning.host_costs``'s two-level alpha-beta model estimates
         faster for the mean bytes per rank). Every algorithm gives the same result.
 
     Returns:
@@ -73,9 +72,9 @@ def all_to_all(
     ``wait()`` returns the above.
     """
     if async_op:
-        return start_call("all_to_all", lambda: all_to_all(x, split_dim, concat_dim, comm, split_sizes, check=check,
+        return run_started("all_to_all", lambda: all_to_all(x, split_dim, concat_dim, comm, split_sizes, check=check,
                                                            algorithm=algorithm), comm, x)
-    replayed, call = begin("all_to_all", x, comm, check, (split_dim, concat_dim, split_sizes, algorithm),
+    replayed, call = replay_or_new("all_to_all", x, comm, check, (split_dim, concat_dim, split_sizes, algorithm),
                            ("split_dim", "concat_dim", "algorithm"))
     if call is None:
         return replayed
@@ -92,7 +91,7 @@ def all_to_all(
     if algorithm == "auto":  # the cost model, on what every rank knows alike: the mean bytes per rank
         hosts, per_host = validate.hosts_mesh_shape(call.comm.hosts)
         mean = sum(math.prod(sh) for sh in shapes) * call.arrays.itemsize(call.x) // call.size
-        algorithm = hosts_plan.cheaper(mean, hosts, per_host)
+        algorithm = host_costs.cheaper(mean, hosts, per_host)
     if algorithm == "hierarchical":
         if call.comm.hosts_mesh is None:  # made once: its sub-communicators are kept with it
             call.comm.hosts_mesh = Mesh.from_hosts(call.comm)
@@ -133,7 +132,7 @@ def all_to_all_v(
     ``wait()`` returns the above.
     """
     if async_op:
-        return start_call(
+        return run_started(
             "all_to_all_v", lambda: all_to_all_v(x, send_counts, comm, recv_counts=recv_counts, check=check,
                                                  algorithm=algorithm), comm, x)
     call = Call("all_to_all_v", x, comm, check, ("algorithm",))
@@ -158,7 +157,7 @@ def all_to_all_v(
                        else (1, n))
     if algorithm == "auto" and hosts > 1:  # the cost model, on what every rank knows alike
         row = math.prod(call.x.shape[1:]) * call.arrays.itemsize(call.x)
-        algorithm = hosts_plan.cheaper(sum(map(sum, matrix)) * row // n, hosts, per_host)
+        algorithm = host_costs.cheaper(sum(map(sum, matrix)) * row // n, hosts, per_host)
     if algorithm == "hierarchical":
         if call.comm.hosts_mesh is None:  # made once: its sub-communicators are kept with it
             call.comm.hosts_mesh = Mesh.from_hosts(call.comm)
@@ -180,8 +179,8 @@ def all_gather(
     ``wait()`` returns the above.
     """
     if async_op:
-        return start_call("all_gather", lambda: all_gather(x, dim, comm, check=check), comm, x)
-    replayed, call = begin("all_gather", x, comm, check, (dim,), ("dim",))
+        return run_started("all_gather", lambda: all_gather(x, dim, comm, check=check), comm, x)
+    replayed, call = replay_or_new("all_gather", x, comm, check, (dim,), ("dim",))
     if call is None:
         return replayed
     d = call.validate(lambda xt: normalize_dim(dim, xt.ndim, "dim"))
@@ -201,8 +200,8 @@ def gather(
     ``wait()`` returns the above.
     """
     if async_op:
-        return start_call("gather", lambda: gather(x, dim, dst, comm, check=check), comm, x)
-    replayed, call = begin("gather", x, comm, check, (dim, dst), ("dim", "dst"))
+        return run_started("gather", lambda: gather(x, dim, dst, comm, check=check), comm, x)
+    replayed, call = replay_or_new("gather", x, comm, check, (dim, dst), ("dim", "dst"))
     if call is None:
         return replayed
     args = call.validate(validate.gather, call.size, dim, dst)
@@ -224,8 +223,8 @@ def reduce_scatter(
     ``wait()`` returns the above.
     """
     if async_op:
-        return start_call("reduce_scatter", lambda: reduce_scatter(x, dim, op, comm, check=check), comm, x)
-    replayed, call = begin("reduce_scatter", x, comm, check, (dim, op), ("dim", "op"))
+        return run_started("reduce_scatter", lambda: reduce_scatter(x, dim, op, comm, check=check), comm, x)
+    replayed, call = replay_or_new("reduce_scatter", x, comm, check, (dim, op), ("dim", "op"))
     if call is None:
         return replayed
     d = call.validate(validate.reduce_scatter, dim, op)
@@ -246,8 +245,8 @@ def all_reduce(
     ``wait()`` returns the above.
     """
     if async_op:
-        return start_call("all_reduce", lambda: all_reduce(x, op, comm, check=check), comm, x)
-    replayed, call = begin("all_reduce", x, comm, check, (op,), ("op",))
+        return run_started("all_reduce", lambda: all_reduce(x, op, comm, check=check), comm, x)
+    replayed, call = replay_or_new("all_reduce", x, comm, check, (op,), ("op",))
     if call is None:
         return replayed
     if call.validate(validate.reducible, op, need_dims=False) is not None:
@@ -296,17 +295,17 @@ def redistribute(
     if mesh is not None and not isinstance(mesh, Mesh):
         refuse("redistribute", x, comm, check, InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}"))
     if async_op:
-        return start_call(
+        return run_started(
             "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
     # A training loop's repeated unchecked call first: anything else (a DTensor, bad
     # arguments) is a MISS here and takes the full path below.
     replayed = replay_hot("redistribute", x, comm if mesh is None else mesh.comm, check,
-                          relayout.hot_args(src, dst, global_shape, mesh))
+                          redistribution.hot_args(src, dst, global_shape, mesh))
     if replayed is not MISS:
         return replayed
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
-        return relayout.redistribute_dtensor(x, None if src is _SRC_NOT_GIVEN else src, dst, check)
+        return redistribution.redistribute_dtensor(x, None if src is _SRC_NOT_GIVEN else src, dst, check)
     if mesh is None and (isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list))):
         refuse("redistribute", x, comm, check,
                InvalidArgument("src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))"))
-    return relayout.redistribute(x, src, dst, comm, mesh, global_shape, check, hot_tried=True)
+    return redistribution.redistribute(x, src, dst, comm, mesh, global_shape, check, hot_tried=True)

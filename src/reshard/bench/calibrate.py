@@ -1,4 +1,4 @@
-"""Fit the two-level cost model (``hosts_plan.Levels``) to the machines a job runs on.
+"""Fit the two-level cost model (``host_costs.Levels``) to the machines a job runs on.
 
 ``calibrate_job(comm)`` runs on every rank of a communicator that spans hosts (under torchrun or
 mpirun, e.g. ``reshard bench --calibrate`` on each host; ``benchmarks/two_level.py`` on the
@@ -6,7 +6,7 @@ two-host test bed) and times, as the slowest rank's seconds (median of ``repeats
 row -> column ``all_to_all`` on each level alone: inside each host (the hosts mesh's "local"
 communicators, all hosts at once) and across hosts (its "host" communicators, every local index
 at once, so each host link carries what it carries in a real exchange), at a small and a large
-size; ``hosts_plan.fit_levels`` puts a line through each level's two points. The flat and
+size; ``host_costs.fit_levels`` puts a line through each level's two points. The flat and
 two-level exchanges are not timed here: ``reshard plan --hosts ... --levels FILE`` predicts them
 from these numbers.
 """
@@ -38,9 +38,9 @@ def _level_seconds(comm: Any, sub: Any, nbytes: int, repeats: int) -> float:
 
 
 def calibrate_job(comm: Any, repeats: int = 9) -> dict[str, Any]:
-    """Every rank: the fitted levels (``hosts_plan.Levels`` fields) and the points they come from."""
+    """Every rank: the fitted levels (``host_costs.Levels`` fields) and the points they come from."""
     from ..mesh import Mesh
-    from ..planning.hosts_plan import fit_levels
+    from ..planning.host_costs import fit_levels
 
     mesh = Mesh.from_hosts(comm)
     hosts, local = mesh.shape

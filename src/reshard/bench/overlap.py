@@ -9,8 +9,10 @@ slowest rank's seconds, median of ``repeats`` interleaved repetitions:
   (``async_op=True``), the multiply, then ``wait()``; torch's own
   ``all_to_all_single(async_op=True)`` the same way (the bare engine beside it);
 * a MoE layer step through ``rs.moe.pipeline`` (``nbytes`` of ``hidden`` float32 rows per rank,
-  top-2 of 8 experts, each expert one ``hidden x hidden`` matrix multiply) with ``chunks=1``
-  and ``chunks=chunks``.
+  top-2 of 8 experts) whose experts are sized so that they compute about as long as the layer's
+  exchanges take (``moe_layer_job``), with 1 part and each of ``chunk_counts``; the hidden
+  fraction of each is the time saved over one part divided by the smaller of exchange and
+  compute (1 - 1/k at best with k equal parts); and one step's timeline.
 """
 
 from __future__ import annotations
@@ -36,12 +38,11 @@ def _timed(comm: Any, fn: Callable[[], Any]) -> float:
     return _slowest(comm, time.perf_counter() - start)
 
 
-def overlap_job(comm: Any, nbytes: int = 16 << 20, repeats: int = 3, chunks: int = 4, hidden: int = 1024,
-                moe: bool = True) -> dict[str, Any]:
+def overlap_job(comm: Any, nbytes: int = 16 << 20, repeats: int = 3, chunk_counts: tuple[int, ...] = (2, 4, 8),
+                hidden: int = 1024, moe: bool = True) -> dict[str, Any]:
     """The timings above; the MoE layer's tokens per rank: ``nbytes`` of ``hidden`` float32 rows."""
     import torch
 
-    from .. import moe as rs_moe
     from .. import ops
 
     n = comm.size
@@ -86,32 +87,99 @@ def overlap_job(comm: Any, nbytes: int = 16 << 20, repeats: int = 3, chunks: int
     }
     if comm.engine != "mpi":  # the bare engine's own started call
         jobs["torch all_to_all_single started, multiply, wait"] = torch_started
-    if moe:
-        experts_per_rank = 8 // n
-        gen = torch.Generator().manual_seed(comm.rank)
-        tok = torch.randn(tokens, hidden, generator=gen)
-        ids = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(tokens)])
-        weights = torch.full((tokens, 2), 0.5)
-        mats = [torch.randn(hidden, hidden, generator=gen) for _ in range(experts_per_rank)]
-        experts = [lambda rows, m=m: rows @ m for m in mats]
-        # the rows an expert gets on average: 2 slots of every rank's tokens, spread over 8 experts
-        blocks = [torch.randn(tokens * 2 * n // 8, hidden, generator=gen) for _ in mats]
-        jobs["MoE experts alone"] = lambda: [b @ m for b, m in zip(blocks, mats)]
-        same = [lambda rows: rows] * experts_per_rank
-        jobs["MoE layer, experts that compute nothing"] = lambda: rs_moe.pipeline(tok, ids, same, weights, chunks=1,
-                                                                                 comm=comm)
-        jobs["MoE layer, chunks=1"] = lambda: rs_moe.pipeline(tok, ids, experts, weights, chunks=1, comm=comm)
-        jobs[f"MoE layer, chunks={chunks}"] = lambda: rs_moe.pipeline(tok, ids, experts, weights, chunks=chunks,
-                                                                      comm=comm)
     for fn in jobs.values():  # warm: plans made, buffers touched
         fn()
     samples: dict[str, list[float]] = {k: [] for k in jobs}
     for _ in range(repeats):
         for name, fn in jobs.items():
             samples[name].append(_timed(comm, fn))
-    return {"seconds": {k: statistics.median(v) for k, v in samples.items()}, "samples": samples,
-            "multiplies": count, "bytes_per_rank": x.numel() * 4, "ranks": n, "repeats": repeats,
-            "tokens": tokens, "hidden": hidden, "chunks": chunks}
+    result = {"seconds": {k: statistics.median(v) for k, v in samples.items()}, "samples": samples,
+              "multiplies": count, "bytes_per_rank": x.numel() * 4, "ranks": n, "repeats": repeats}
+    if moe:
+        result["moe"] = moe_layer_job(comm, tokens, hidden, repeats, chunk_counts)
+    return result
+
+
+def _layer_inputs(comm: Any, tokens: int, hidden: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(comm.rank)
+    tok = torch.randn(tokens, hidden, generator=gen)
+    ids = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(tokens)])
+    return tok, ids, torch.full((tokens, 2), 0.5)
+
+
+def moe_layer_job(comm: Any, tokens: int, hidden: int = 1024, repeats: int = 3, chunk_counts: tuple[int, ...] = (2, 4, 8),
+                  timeline_chunks: int = 4) -> dict[str, Any]:
+    """A MoE layer (``tokens`` rows of ``hidden`` float32 per rank, top-2 of 8 experts) whose
+    experts cost about what its exchanges cost, sized here from measurements alone: the
+    exchanges of a one-part step (dispatch and combine, experts that compute nothing) against
+    one expert pass (a ``hidden x hidden`` multiply) over the rows a rank receives; each expert is
+    that many multiplies deep. Then the layer with 1 and each of ``chunk_counts`` parts, interleaved,
+    and one step of ``timeline_chunks`` parts with its timeline (every rank's, from rank 0)."""
+    import torch
+
+    from .. import moe as rs_moe
+    from .. import ops
+
+    n = comm.size
+    tok, ids, weights = _layer_inputs(comm, tokens, hidden)
+    per_rank = 8 // n
+    gen = torch.Generator().manual_seed(100 + comm.rank)
+    mats = [torch.randn(hidden, hidden, generator=gen) / hidden ** 0.5 for _ in range(per_rank)]
+    same = [lambda rows: rows] * per_rank
+
+    def layer(experts: list, parts: int, timeline: list | None = None) -> Any:
+        return rs_moe.pipeline(tok, ids, experts, weights, chunks=parts, comm=comm, timeline=timeline)
+
+    layer(same, 1)
+    exchange = statistics.median(_timed(comm, lambda: layer(same, 1)) for _ in range(3))
+    inputs, handle = rs_moe.dispatch(tok, ids, 8, comm=comm)
+    blocks = list(torch.split(inputs, handle.tokens_per_expert))
+    rs_moe.combine(inputs, handle, weights)
+
+    def experts_of(depth: int) -> list:
+        def expert(rows: Any, m: Any) -> Any:
+            for _ in range(depth):
+                rows = rows @ m
+            return rows
+
+        return [lambda rows, m=m: expert(rows, m) for m in mats]
+
+    def compute(depth: int) -> float:
+        run = experts_of(depth)
+        return statistics.median(_timed(comm, lambda: [e(b) for e, b in zip(run, blocks)]) for _ in range(3))
+
+    one_pass = compute(1)
+    depth = max(1, round(exchange / one_pass))
+    computed = compute(depth)
+    if not 0.8 <= computed / exchange <= 1.25:  # the passes did not add up linearly: once more, from this depth
+        depth = max(1, round(depth * exchange / computed))
+        computed = compute(depth)
+    experts = experts_of(depth)
+    counts = (1, *chunk_counts)
+    for parts in counts:
+        layer(experts, parts)  # warm: plans made, the pipeline's communicator too
+    samples: dict[int, list[float]] = {parts: [] for parts in counts}
+    for _ in range(repeats):
+        for parts in counts:
+            samples[parts].append(_timed(comm, lambda parts=parts: layer(experts, parts)))
+    comm.barrier()
+    records: list = []
+    start = time.perf_counter()
+    layer(experts, timeline_chunks, records)
+    kinds = ("dispatch", "experts", "combine")
+    mine = np.array([[kinds.index(what), part, a - start, b - start] for what, part, a, b in sorted(records)],
+                    dtype=np.float64)
+    everyone = ops.all_gather(mine[None], 0, comm=comm, check=False)
+    seconds = {parts: statistics.median(v) for parts, v in samples.items()}
+    smaller = min(exchange, computed)
+    return {"tokens": tokens, "hidden": hidden, "exchange_s": exchange, "one_pass_s": one_pass, "depth": depth,
+            "compute_s": computed, "seconds": {str(k): v for k, v in seconds.items()},
+            "samples": {str(k): v for k, v in samples.items()},
+            "speedup": {str(k): seconds[1] / seconds[k] for k in chunk_counts},
+            "hidden_fraction": {str(k): (seconds[1] - seconds[k]) / smaller for k in chunk_counts},
+            "timeline": {"chunks": timeline_chunks, "kinds": list(kinds), "ranks": np.asarray(everyone).tolist()}}
 
 
 def overlap_table(result: dict[str, Any]) -> str:
@@ -124,7 +192,36 @@ def overlap_table(result: dict[str, Any]) -> str:
     lines.append("")
     ratio = s["reshard all_to_all, then multiply"] / s["reshard all_to_all started, multiply, wait"]
     lines.append(f"started all_to_all: {ratio:.2f}x faster than the blocking call and the multiply one after the other")
-    key = f"MoE layer, chunks={result['chunks']}"
-    if key in s:
-        lines.append(f"MoE layer: chunks={result['chunks']} {s['MoE layer, chunks=1'] / s[key]:.2f}x faster than chunks=1")
+    if "moe" in result:
+        lines += ["", moe_layer_table(result["moe"], result["repeats"])]
     return "\n".join(lines)
+
+
+def moe_layer_table(moe: dict[str, Any], repeats: int) -> str:
+    """The MoE layer's sizing, its times per part count (every run), speed-ups and hidden fractions."""
+    ratio = moe["compute_s"] / moe["exchange_s"]
+    lines = [f"MoE layer: {moe['tokens']:,} tokens of {moe['hidden']} float32 per rank, top-2 of 8 experts. Sized here: "
+             f"the exchanges of one part take {moe['exchange_s']:.3f} s, one expert pass over a rank's rows "
+             f"{moe['one_pass_s']:.3f} s, so each expert is {moe['depth']} multiplies deep and computes "
+             f"{moe['compute_s']:.3f} s ({ratio:.2f}x the exchanges)", "",
+             f"| parts | seconds, median of {repeats} | every run | speed-up over 1 part | hidden fraction (ideal 1 - 1/k) |",
+             "|---|---|---|---|---|"]
+    for parts, t in moe["seconds"].items():
+        runs = ", ".join(f"{v:.3f}" for v in moe["samples"][parts])
+        if parts == "1":
+            lines.append(f"| 1 | {t:.3f} | {runs} | | |")
+        else:
+            ideal = 1 - 1 / int(parts)
+            lines.append(f"| {parts} | {t:.3f} | {runs} | {moe['speedup'][parts]:.2f}x | "
+                         f"{moe['hidden_fraction'][parts]:.2f} ({ideal:.2f}) |")
+    return "\n".join(lines)
+
+
+def write_timeline(path: str, moe: dict[str, Any], where: str) -> None:
+    """The timeline of ``moe_layer_job``'s step as a PNG."""
+    from ..viz.timeline import draw_timeline
+
+    tl = moe["timeline"]
+    draw_timeline(path, tl["ranks"], tl["kinds"],
+                  f"One MoE layer step in {tl['chunks']} parts on {where}: {moe['tokens']:,} tokens of "
+                  f"{moe['hidden']} per rank, experts {moe['depth']} multiplies deep")

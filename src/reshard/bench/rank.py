@@ -166,13 +166,14 @@ def _gather_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tu
             methods["raw"] = (lambda: mpi.Reduce_scatter_block(x_np, raw_out, op=MPI.SUM), lambda _: count_wrong(raw_out, want))
     else:
         import torch
-        import torch.distributed as dist
+
+        from ..engines.torch_engine import ALL_GATHER_SINGLE, REDUCE_SCATTER_SINGLE
 
         xt, ot = torch.from_numpy(x_np), torch.from_numpy(raw_out)
         if case.op == "all_gather":
-            methods["raw"] = (lambda: dist.all_gather_single(ot, xt, group=comm.group), lambda _: count_wrong(raw_out, want))
+            methods["raw"] = (lambda: ALL_GATHER_SINGLE(ot, xt, group=comm.group), lambda _: count_wrong(raw_out, want))
         else:
-            methods["raw"] = (lambda: dist.reduce_scatter_tensor(ot, xt, group=comm.group), lambda _: count_wrong(raw_out, want))
+            methods["raw"] = (lambda: REDUCE_SCATTER_SINGLE(ot, xt, group=comm.group), lambda _: count_wrong(raw_out, want))
     src = case.to_array(np.ascontiguousarray(x_np).reshape(-1))
     dst = case.to_array(np.empty(x_np.size, dtype=case.np_dtype))
     methods["memcpy"] = (lambda: _copy(dst, src), lambda _: count_wrong(numpy_of(dst), x_np.reshape(-1)))
@@ -207,11 +208,11 @@ def _moe_methods(case: _Case, nbytes: int, wanted: list[str]) -> dict[str, tuple
     row_bytes = MOE_HIDDEN * case.np_dtype.itemsize
     sc = [c * row_bytes for c in handle.send_counts]
     rc = [c * row_bytes for c in handle.recv_counts]
-    adapter = comm.adapter
+    primitives = comm.primitives
 
     def bare() -> None:
-        adapter.alltoallv(_engine_bytes(comm, mid), _engine_bytes(comm, send), rc, sc, "bench")
-        adapter.alltoallv(_engine_bytes(comm, back), _engine_bytes(comm, mid), sc, rc, "bench")
+        primitives.alltoallv(_engine_bytes(comm, mid), _engine_bytes(comm, send), rc, sc, "bench")
+        primitives.alltoallv(_engine_bytes(comm, back), _engine_bytes(comm, mid), sc, rc, "bench")
 
     methods["raw"] = (bare, lambda _: count_wrong(back, send))
     if "raw+local" in wanted:
@@ -257,13 +258,13 @@ def _moe_by_hand(case: _Case, x_np: np.ndarray, ids: np.ndarray, weights: np.nda
             torch.index_select(back_t, 0, slots_t, out=picked_t)
             torch.bmm(w_t, picked_t.view(tokens, k, hidden), out=out_t.view(tokens, 1, hidden))
 
-    adapter = comm.adapter
+    primitives = comm.primitives
     send_buf, mid_buf, back_buf = (_engine_bytes(comm, a) for a in (send, mid, back))
 
     def run() -> None:
         gather()
-        adapter.alltoallv(mid_buf, send_buf, recv_bytes, send_bytes, "bench")
-        adapter.alltoallv(back_buf, mid_buf, send_bytes, recv_bytes, "bench")
+        primitives.alltoallv(mid_buf, send_buf, recv_bytes, send_bytes, "bench")
+        primitives.alltoallv(back_buf, mid_buf, send_bytes, recv_bytes, "bench")
         weighted_sum()
 
     return run, lambda _: count_wrong(out, x_np)

@@ -1,6 +1,6 @@
-"""Engine adapters: the few primitives the ops need, one small class per engine.
+"""Engines: the few primitives the executor needs, one small class per engine.
 
-Each adapter offers ``alltoallv`` and ``allgather`` on 1-D uint8 buffers, the small exchanges
+Each engine offers ``alltoallv`` and ``allgather`` on 1-D uint8 buffers, the small exchanges
 of the check, ``barrier`` and ``close``, and its own forms of an exchange (``base.Engine``);
 the plans live above them (``reshard.planning.planner``), and the executor (``reshard.execution.execute``) runs
 their steps through these.

@@ -24,7 +24,7 @@ class CallState(Protocol):
     size: int
     arrays: Any  # the array backend (``reshard.execution.arrays``) of the tensors in flight
     tally: Tally
-    adapter: Engine
+    primitives: Engine
 
 
 # run(call, x, prepared=None) -> result; ``prepared`` is what ``prepare_send`` returned, if anything
@@ -32,7 +32,8 @@ ExchangeRun = Callable[..., Any]
 
 
 class Engine(Protocol):
-    """An engine adapter: ``name`` in {"gloo", "nccl", "mpi"}, this rank, the group size."""
+    """An engine's primitives, held by a communicator as ``comm.primitives``: ``name`` in {"gloo",
+    "nccl", "mpi"}, this rank, the group size."""
 
     name: str
     rank: int

@@ -67,7 +67,7 @@ def pairwise_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
             if own:  # while the others' pieces arrive
                 arrays.copy(narrow(out, c, out_starts[rank], lengths[rank]), narrow(xt, s, send_starts[rank], send_sizes[rank]))
 
-        k.adapter.exchange_pairs(recvs, sends(), k.op, tally)
+        k.primitives.exchange_pairs(recvs, sends(), k.op, tally)
         if not runs_in and remote_out:
             tally.packs += 1
         if not direct:

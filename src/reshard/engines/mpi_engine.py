@@ -1,4 +1,4 @@
-"""MPI adapter through mpi4py. Imports no torch: numpy buffers, or torch CPU tensors seen
+"""The MPI engine through mpi4py. Imports no torch: numpy buffers, or torch CPU tensors seen
 through the buffer protocol (``tensor.numpy()`` is a view, so nothing is copied in or out).
 
 Three things MPI does not give us for free, and how this file gets them:

@@ -57,7 +57,7 @@ def typed_fits(call: CallState, x: Any, g: AllToAll) -> bool:
 
 def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
     """The datatype exchange with its types and counts worked out once."""
-    engine, item = call.adapter, call.arrays.itemsize(x)
+    engine, item = call.primitives, call.arrays.itemsize(x)
     s, c, send_sizes, recv_shapes, out_shape = g.split_dim, g.concat_dim, g.send_sizes, g.recv_shapes, g.out_shape
     send_full, recv_full = collapsed(x.shape, s), collapsed(out_shape, c)
     send_types = [
@@ -229,7 +229,7 @@ def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
     if n > 1:  # [lower | higher] pieces in one run on each side; own count 0
         own_out = [v if j != rank else 0 for j, v in enumerate(send_bytes)]
         own_in = [v if i != rank else 0 for i, v in enumerate(recv_bytes)]
-        call.adapter.alltoallv(arrays.bytes_of(temp), arrays.bytes_of(adjacent(call, x, sent)), own_in, own_out, call.op)
+        call.primitives.alltoallv(arrays.bytes_of(temp), arrays.bytes_of(adjacent(call, x, sent)), own_in, own_out, call.op)
     if shifted and own_len and hi_len:
         end = own_at + hi_len
         while end > own_at:
@@ -251,7 +251,7 @@ def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
     (target) on the receive side; the boxes this rank keeps are its message to itself. None where a box's extent passes
     ``INT_MAX`` elements (the same answer on every rank: the extents come from the global
     shape), leaving the point-to-point exchange."""
-    engine, item = call.adapter, call.arrays.itemsize(x)
+    engine, item = call.primitives, call.arrays.itemsize(x)
     held = [b - a for a, b in step.held]
     target = [b - a for a, b in step.target]
     if max([*held, *target, 0]) > INT_MAX:
@@ -284,7 +284,7 @@ def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
         exchange(out, xt)
         return None
 
-    # what every run does, recorded by the executor (``step_runs.BoxRun`` adds its result)
+    # what every run does, recorded by the executor (``step_bodies.BoxRun`` adds its result)
     run.counts = (("pack_copies", int(packs)),)  # type: ignore[attr-defined]
     run.itemsize = item  # type: ignore[attr-defined]
     return run

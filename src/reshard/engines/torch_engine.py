@@ -1,4 +1,4 @@
-"""torch.distributed adapter (gloo for CPU tensors, NCCL for CUDA tensors)."""
+"""The torch.distributed engine (gloo for CPU tensors, NCCL for CUDA tensors)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ from .gloo_pairwise import pairwise_form
 from .shm import LocalPeers, VoteBoard
 from .shm_notes import usable_here
 
+# torch 2.13 names the one-tensor all-gather all_gather_single and warns on the older name
+ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _TIMEOUT_WORDS = ("timed out", "timeout", "time out", "deadline")
 # reshard's point-to-point messages carry their own tag, so a user's isend/irecv on the same
 # group (tag 0 by default) never matches one of ours.
@@ -250,7 +253,7 @@ class TorchEngine:
     def allgather(self, recv: torch.Tensor, send: torch.Tensor, what: str) -> None:
         """Every rank's ``send`` (equal byte lengths), stacked in rank order into ``recv``."""
         with self._guard(what):
-            dist.all_gather_single(recv, send, group=self.group)
+            ALL_GATHER_SINGLE(recv, send, group=self.group)
 
     def allgather_bytes(self, send: Any, what: str) -> Any:
         """numpy uint8 [L] -> numpy uint8 [size, L]; used for the small check records."""

@@ -45,7 +45,7 @@ def scratch(arrays: Any, tally: Tally, count: int, like: Any) -> Any:
 def pack_buffer(call: Any, count: int, like: Any) -> Any:
     """The pack buffer of one exchange: in the engine's outbox where it has one (same-host
     peers read the pieces from there), else ``scratch``."""
-    buf = call.adapter.send_buffer(count, like)
+    buf = call.primitives.send_buffer(count, like)
     return scratch(call.arrays, call.tally, count, like) if buf is None else buf
 
 

@@ -78,15 +78,18 @@ def _signature(op: str, x: Any, check: bool, args: tuple) -> tuple | None:
     return None
 
 
-def start(op: str, run: Callable[[], Any], comm: Comm | None, x: Any = None) -> handles.Handle:
+def run_started(op: str, run: Callable[[], Any], comm: Comm | None, x: Any = None, lane: Comm | None = None
+                ) -> handles.Handle:
     """``run()``, the blocking call, started (``async_op=True``): its ``Handle``. ``comm`` (None:
-    the current one) is checked now, so a call with no communicator raises at once."""
+    the current one) is checked now, so a call with no communicator raises at once. ``lane``: a
+    communicator of reshard's own that no other started call uses, whose calls then run on a
+    worker of their own (``handles.submit``)."""
     if type(x).__name__ == "DTensor":  # on its own device mesh
         import torch.distributed as dist
 
         return handles.submit(op, dist.get_rank(), run, None)
     comm = current(None if _stands_in(comm) else comm)  # a stand-in: the started call's Call names it
-    return handles.submit(op, comm.rank, run, comm)
+    return handles.submit(op, comm.rank, run, comm, lane)
 
 
 def _stands_in(comm: Any) -> bool:
@@ -95,7 +98,7 @@ def _stands_in(comm: Any) -> bool:
     return comm is not None and not isinstance(comm, Comm) and current_or_none() is not None
 
 
-def begin(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
+def replay_or_new(op: str, x: Any, comm: Comm | None, check: bool | None, args: tuple,
           arg_names: Sequence[str] = (), hot_args: tuple | None = None) -> tuple[Any, Call | None]:
     """A collective's start on this rank: ``(result, None)`` where the plan of an earlier call
     with this signature ran (a replay), else ``(MISS, call)``, the ``Call`` that goes on down
@@ -179,8 +182,8 @@ class Call:
         if self.comm.activity is not None:
             self.comm.activity.enter(op)
         self.check = self.comm.check if check is None else bool(check)
-        self.adapter = self.comm.adapter
-        self.arrays = self.adapter.arrays
+        self.primitives = self.comm.primitives
+        self.arrays = self.primitives.arrays
         self.rank, self.size = self.comm.rank, self.comm.size
         self.numpy_in = False
         self.x = x
@@ -236,15 +239,15 @@ class Call:
             # Every rank votes, plan or not, so the collectives line up whatever each found.
             vote = self._ballot(plan.digest if plan else 0)
             if plan is not None and plan.prepare is not None:
-                finish = self.adapter.start_allreduce_max(vote, f"{self.op} (check)")
+                finish = self.primitives.start_allreduce_max(vote, f"{self.op} (check)")
                 prepared = plan.prepare(self, x)
                 replay = self._count(finish())
             else:  # nothing to do meanwhile: no hand-off to a helper thread
-                replay = self._count(self.adapter.allreduce_max(vote, f"{self.op} (check)"))
+                replay = self._count(self.primitives.allreduce_max(vote, f"{self.op} (check)"))
             if not replay:
                 plan = None
         elif plan is not None and plan.record is not None:
-            gathered = self.adapter.start_allgather_bytes(plan.record, f"{self.op} (check)")()
+            gathered = self.primitives.start_allgather_bytes(plan.record, f"{self.op} (check)")()
             self.checks += 1
             if gathered.tobytes() != plan.gathered:
                 self.pregathered = gathered
@@ -277,7 +280,7 @@ class Call:
         self.checks += 1
         high, low = int(votes[0]), -int(votes[1])
         if high >> _DIGEST_BITS != low >> _DIGEST_BITS:
-            ops = self.adapter.allgather_bytes(_op_bytes(self.op), f"{self.op} (check)")
+            ops = self.primitives.allgather_bytes(_op_bytes(self.op), f"{self.op} (check)")
             names = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in ops]
             raise MismatchError(f"rank {self.rank}: ranks called different collectives: "
                                 + agreement.describe_disagreement("op", names).split(": ", 1)[1])
@@ -353,14 +356,14 @@ class Call:
         every rank's row of it lands in ``self.extra_gathered``.
         """
         if self.check and not self.voted:  # a call that cannot replay still votes: the ops line up
-            self._count(self.adapter.allreduce_max(self._ballot(0), f"{self.op} (check)"))
+            self._count(self.primitives.allreduce_max(self._ballot(0), f"{self.op} (check)"))
         raw = agreement.encode(self.record, self.size)
         if extra is not None:
             raw = np.concatenate([raw, np.ascontiguousarray(extra, dtype=np.int64).view(np.uint8)])
         if self.pregathered is not None:  # a replay exchanged this very record already
             finish = lambda: self.pregathered  # noqa: E731
         else:
-            finish = self.adapter.start_allgather_bytes(raw, f"{self.op} (check)")
+            finish = self.primitives.start_allgather_bytes(raw, f"{self.op} (check)")
             self.checks += 1
         if prepare is not None and self.error is None:
             self.prepared = prepare()  # local work (the pack) while the records travel

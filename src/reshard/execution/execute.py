@@ -2,7 +2,7 @@
 
 ``PlanRun(call, x, plan)`` works out, once per call signature, how each step of the rank's
 ``RankPlan`` runs (the engine's own form of an all-to-all: NCCL all_to_all_single, MPI
-Alltoallw with subarray datatypes, gloo pairs or shared memory; the bodies in ``step_runs``
+Alltoallw with subarray datatypes, gloo pairs or shared memory; the bodies in ``step_bodies``
 for the rest), and calling it runs them in order, each recorded as one ``ExecutedStep`` in the
 call's stats (the only writer of those). A replay calls the same object again; every
 public collective's data moves through here.
@@ -27,7 +27,7 @@ from ..planning.steps import (
     Reorder,
     Step,
 )
-from . import step_runs
+from . import step_bodies
 from .call import Call, wants_grad
 from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
 
@@ -104,7 +104,7 @@ class PlanRun:
         part in it, every packed piece), done early, e.g. while the replay's vote travels; None
         where the first step has none to do early."""
         first = self.runners[0][1] if self.runners else None
-        return first.prepare if isinstance(first, step_runs.BoxRun) else None
+        return first.prepare if isinstance(first, step_bodies.BoxRun) else None
 
 
 def _take_tally(stats: ExchangeStats, tally: Tally) -> None:
@@ -163,24 +163,24 @@ def merged(op: str, parts: list[tuple[str, ExchangeStats | None]]) -> ExchangeSt
 def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runner:
     """How one step runs on this rank (dispatch on the step's type: a closed set)."""
     if isinstance(step, AllToAll):
-        return call.adapter.all_to_all_form(call, x, step)
+        return call.primitives.all_to_all_form(call, x, step)
     if isinstance(step, AllToAllV):
-        return lambda k, xt, prepared=None: step_runs.exchange_rows(k, xt, step.segments)
+        return lambda k, xt, prepared=None: step_bodies.exchange_rows(k, xt, step.segments)
     if isinstance(step, AllGather) and step.dim is not None:
-        return lambda k, xt, prepared=None: step_runs.gather_core(k, xt, step.dim, step.lengths, None)
+        return lambda k, xt, prepared=None: step_bodies.gather_core(k, xt, step.dim, step.lengths, None)
     if isinstance(step, AllGather):  # runs of the flattened tensor, as all_reduce gathers them
-        return lambda k, xt, prepared=None: step_runs.gather_core(k, xt, 0, step.lengths, None).reshape(step.shape)
+        return lambda k, xt, prepared=None: step_bodies.gather_core(k, xt, 0, step.lengths, None).reshape(step.shape)
     if isinstance(step, Gather):
-        return lambda k, xt, prepared=None: step_runs.gather_core(k, xt, step.dim, step.lengths, step.root)
+        return lambda k, xt, prepared=None: step_bodies.gather_core(k, xt, step.dim, step.lengths, step.root)
     if isinstance(step, ReduceScatter):
         if step.dim is None:
-            return lambda k, xt, prepared=None: step_runs.reduce_scatter_core(k, xt.reshape(-1), 0, step.op)
-        return lambda k, xt, prepared=None: step_runs.reduce_scatter_core(k, xt, step.dim, step.op)
+            return lambda k, xt, prepared=None: step_bodies.reduce_scatter_core(k, xt.reshape(-1), 0, step.op)
+        return lambda k, xt, prepared=None: step_bodies.reduce_scatter_core(k, xt, step.dim, step.op)
     if isinstance(step, Reorder):
-        return lambda k, xt, prepared=None: step_runs.reorder(k, xt, step)
+        return lambda k, xt, prepared=None: step_bodies.reorder(k, xt, step)
     if isinstance(step, ExchangeBoxes):  # on the engine's own collective where it has one for boxes
-        form = getattr(call.adapter, "boxes_form", None)
-        return step_runs.BoxRun(step, form(call, x, step) if form is not None and step.moves else None)
+        form = getattr(call.primitives, "boxes_form", None)
+        return step_bodies.BoxRun(step, form(call, x, step) if form is not None and step.moves else None)
     if isinstance(step, OnMeshDim):
         return _on_mesh_dim(call, x, step, sub)
     raise TypeError(f"not a step: {step!r}")
@@ -191,7 +191,7 @@ class _OnComm:
     calling rank's op and arrays, its stats and tally while it runs (set by each run)."""
 
     def __init__(self, call: Any, comm: Any, op: str):
-        self.op, self.adapter = op, comm.adapter
+        self.op, self.primitives = op, comm.primitives
         self.rank, self.size = comm.rank, comm.size
         self.arrays, self.stats, self.tally = call.arrays, getattr(call, "stats", None), call.tally
 
@@ -214,7 +214,7 @@ def _on_mesh_dim(call: CallState, x: Array, step: OnMeshDim, sub: SubComm | None
 def prepare_send(call: CallState, x: Array, split_dim: int, send_sizes: Any) -> Any:
     """The engine's pack of an all-to-all's input, as a job to run early (while the check's
     records travel), where its form packs before the exchange; None where it does not."""
-    return call.adapter.prepare_send(call, x, split_dim, send_sizes)
+    return call.primitives.prepare_send(call, x, split_dim, send_sizes)
 
 
 def run(call: Call, x: Array, plan: RankPlan, backward: Any = None, sub: Any = None, mesh_shape: Any = None) -> Array:

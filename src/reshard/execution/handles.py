@@ -2,7 +2,9 @@
 
 A rank's collectives must run in the same order on every rank, so the started ones run one
 after another, in the order they were started, on one worker thread of the process: the caller
-goes on (computing, starting more) while the worker exchanges. The engines release the
+goes on (computing, starting more) while the worker exchanges. Inside reshard, calls on a
+communicator of their own (the MoE pipeline's combines) may run on a second worker, a *lane*
+of that communicator: the order holds within each communicator, so two exchanges travel at once. The engines release the
 interpreter while they move bytes (gloo's C++, MPI's C calls), so a matrix multiply on the
 caller's thread runs while the bytes travel. A blocking call, a barrier or a communicator's
 close first waits for every started call to finish, so the order stays the order of the
@@ -32,9 +34,10 @@ class Handle:
     """A started collective: ``wait(timeout=None)`` returns exactly what the blocking call
     returns (or raises what it raises); ``done()`` says, without blocking, whether it finished."""
 
-    def __init__(self, op: str, rank: int, future: Future):
+    def __init__(self, op: str, rank: int, future: Future, worker: _Worker | None = None):
         self.op, self.rank = op, rank
         self._future = future
+        self.worker = worker if worker is not None else _WORKER  # the worker that runs it
         self.waited = False
         self.site = _caller_site()  # the job's line that started it, for the warning if never waited for
 
@@ -55,7 +58,7 @@ class Handle:
         finally:
             if self._future.done():
                 self.waited = True
-                _WORKER.join_if_idle()
+                self.worker.join_if_idle()
         return result
 
     def __repr__(self) -> str:
@@ -63,9 +66,10 @@ class Handle:
 
 
 class _Worker:
-    """The process's one worker thread and its queue of started calls."""
+    """A worker thread and its queue of started calls: the process's own, or a lane's."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "reshard-async") -> None:
+        self.name = name
         self.lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
         self.queue: deque[tuple[Future, Callable[[], Any], Any]] = deque()
@@ -75,14 +79,14 @@ class _Worker:
 
     def submit(self, op: str, rank: int, run: Callable[[], Any], comm: Any) -> Handle:
         future: Future = Future()
-        handle = Handle(op, rank, future)
+        handle = Handle(op, rank, future, self)
         with self.lock:
             self.unwaited = [h for h in self.unwaited if not h.waited]
             self.unwaited.append(handle)
             self.queue.append((future, run, comm))
             self.active += 1
             if self.thread is None:
-                self.thread = threading.Thread(target=self._loop, name="reshard-async", daemon=True)
+                self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self.thread.start()
         return handle
 
@@ -110,10 +114,11 @@ class _Worker:
 
     def settle(self) -> None:
         """Wait until every started call has finished and the thread has ended (a blocking call
-        runs after the calls started before it); nothing to do on the worker itself."""
+        runs after the calls started before it); nothing to do on a worker itself (its calls
+        are ordered by its queue, and a lane's communicator is its own)."""
         if self.active == 0 and self.thread is None:
             return
-        if self.on_worker():
+        if _on_a_worker():
             return
         with self.lock:
             while self.active or self.thread is not None:
@@ -145,7 +150,18 @@ class _Worker:
 
 
 _WORKER = _Worker()
+_LANES: dict[int, _Worker] = {}  # id of a lane's communicator -> its worker
+_LANES_LOCK = threading.Lock()
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the reshard package
+
+
+def _workers() -> list[_Worker]:
+    with _LANES_LOCK:
+        return [_WORKER, *_LANES.values()]
+
+
+def _on_a_worker() -> bool:
+    return any(w.on_worker() for w in _workers())
 
 
 def _caller_site() -> tuple[str, int]:
@@ -156,21 +172,36 @@ def _caller_site() -> tuple[str, int]:
     return frame.f_code.co_filename, frame.f_lineno
 
 
-def submit(op: str, rank: int, run: Callable[[], Any], comm: Any) -> Handle:
-    """``run()`` (the blocking call, on ``comm``) started on the worker: its ``Handle``."""
-    return _WORKER.submit(op, rank, run, comm)
+def submit(op: str, rank: int, run: Callable[[], Any], comm: Any, lane: Any = None) -> Handle:
+    """``run()`` (the blocking call, on ``comm``) started: its ``Handle``. On the process's
+    worker, or, with ``lane`` (a communicator no other started call uses), on that lane's own
+    worker, so that it travels while the process's worker exchanges on another communicator."""
+    if lane is None:
+        return _WORKER.submit(op, rank, run, comm)
+    with _LANES_LOCK:
+        worker = _LANES.get(id(lane))
+        if worker is None:
+            worker = _LANES[id(lane)] = _Worker(f"reshard-lane-{len(_LANES) + 1}")
+    return worker.submit(op, rank, run, comm)
 
 
 def settle() -> None:
     """Called by every blocking call, barrier and close: wait for the calls started before it."""
-    if _WORKER.active or _WORKER.thread is not None:
-        _WORKER.settle()
+    for worker in _workers():
+        if worker.active or worker.thread is not None:
+            worker.settle()
 
 
 def close(comm: Any) -> None:
-    _WORKER.close(comm)
+    for worker in _workers():
+        worker.close(comm)
+    with _LANES_LOCK:
+        _LANES.clear()
 
 
 def pending() -> int:
-    """Started calls not finished yet (queued or running)."""
-    return _WORKER.active
+    """Started calls not finished yet (queued or running), on every worker (every call asks:
+    one attribute read where no lane was ever made)."""
+    if not _LANES:
+        return _WORKER.active
+    return sum(w.active for w in _workers())

@@ -68,10 +68,10 @@ def _landing(tally: Tally) -> Any:
 class ReplayState:
     """What a replayed plan's steps read of their call (``engines.base.CallState``), and no more."""
 
-    __slots__ = ("op", "rank", "size", "arrays", "adapter", "stats", "tally", "checks", "replaying")
+    __slots__ = ("op", "rank", "size", "arrays", "primitives", "stats", "tally", "checks", "replaying")
 
     def __init__(self, op: str, comm: Comm, arrays: Any):
-        self.op, self.rank, self.size, self.arrays, self.adapter = op, comm.rank, comm.size, arrays, comm.adapter
+        self.op, self.rank, self.size, self.arrays, self.primitives = op, comm.rank, comm.size, arrays, comm.primitives
         self.stats, self.tally = ExchangeStats(op), Tally()  # the stats filled by the executor
         self.checks, self.replaying = 0, True
 
@@ -236,7 +236,7 @@ class HotReplay:
         xt = to_torch(x) if numpy_in else x
         prepared = None
         if self.vote is not None:  # checked: every rank must vote for this plan
-            finish = comm.adapter.start_allreduce_max(self.vote, self.vote_what)
+            finish = comm.primitives.start_allreduce_max(self.vote, self.vote_what)
             if self.prepare is not None:
                 prepared = self.prepare(self.state, xt)
             votes = finish()

@@ -90,7 +90,7 @@ def exchange_packed(
     send_counts = [numel(s) * item for s in send_shapes]
     recv_counts = [numel(s) * item for s in recv_shapes]
     tally.landing = data_ptr(recv)
-    call.adapter.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), recv_counts, send_counts, call.op)
+    call.primitives.alltoallv(arrays.bytes_of(recv), arrays.bytes_of(send), recv_counts, send_counts, call.op)
     if direct:
         return out
     out = alloc(arrays, tally, out_shape, like=like)

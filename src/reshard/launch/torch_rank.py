@@ -80,8 +80,8 @@ def run(
         import torch.distributed as dist
 
         store = dist.FileStore(os.path.join(tmp, "store"), size)
-        adapter = init_torch("nccl" if engine == "nccl" else "gloo", rank, size, timeout, store=store)
-        comm = comm_mod.Comm(adapter, check=check, timeout=timeout)
+        primitives = init_torch("nccl" if engine == "nccl" else "gloo", rank, size, timeout, store=store)
+        comm = comm_mod.Comm(primitives, check=check, timeout=timeout)
         comm.activity = Activity(os.path.join(tmp, f"activity-{rank}"))
         comm_mod.set_current(comm)
         result = fn(comm, *args)

@@ -16,6 +16,8 @@ crosses the wire.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +27,13 @@ import numpy as np
 from .. import validate
 from ..comm import Comm
 from ..errors import InvalidArgument, UnsupportedDType
-from ..execution import execute
+from ..execution import execute, handles
 from ..execution.arrays import is_numpy, is_torch
-from ..execution.call import Call
-from ..execution.call import start as start_call
+from ..execution.call import Call, run_started
+from ..mesh import Mesh
 from ..planning.layout import check_int, offsets, shard_sizes
 from . import host_routes, sums, two_level
-from .rows import exchange_segments, index_for, take_rows
+from .rows import exchange_segments, index_for, may_overlap, take_rows
 
 Array = Any
 
@@ -159,7 +161,7 @@ def dispatch(
       algorithm: ``"flat"`` (each pair travels straight to its expert's rank),
         ``"hierarchical"`` (over ``comm.hosts``: each token crosses once to every host holding
         one of its experts and is copied to them there; see ``reshard.moe.host_routes``) or ``"auto"``
-        (flat on one host; across hosts, whichever ``reshard.planning.hosts_plan`` estimates faster for
+        (flat on one host; across hosts, whichever ``reshard.planning.host_costs`` estimates faster for
         the bytes this batch puts on the busiest host link). The same ``expert_inputs`` either way.
 
     Returns:
@@ -170,7 +172,7 @@ def dispatch(
       With ``async_op=True``: a ``Handle`` whose ``wait()`` returns that pair.
     """
     if async_op:
-        return start_call("moe.dispatch", lambda: dispatch(tokens, expert_ids, num_experts, comm, capacity,
+        return run_started("moe.dispatch", lambda: dispatch(tokens, expert_ids, num_experts, comm, capacity,
                                                               check=check, algorithm=algorithm), comm)
     return _dispatch(tokens, expert_ids, num_experts, comm, capacity, check, None, algorithm)
 
@@ -202,7 +204,7 @@ def _routed_counts(call: Call, expert_of_pair: np.ndarray, routable: np.ndarray,
 
 def _gathered(call: Call, own: np.ndarray, what: str) -> np.ndarray:
     """``[N, len(own)]``: every rank's int64 ``own``, from one all-gather."""
-    gathered = call.adapter.allgather_bytes(np.ascontiguousarray(own, dtype=np.int64).view(np.uint8), what)
+    gathered = call.primitives.allgather_bytes(np.ascontiguousarray(own, dtype=np.int64).view(np.uint8), what)
     call.checks += 1
     return gathered.view(np.int64).reshape(call.size, own.size)
 
@@ -296,7 +298,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     if not isinstance(handle, MoEHandle):
         raise InvalidArgument(f"handle must be the MoEHandle returned by dispatch, got {type(handle).__name__}")
     if async_op:
-        return start_call("moe.combine", lambda: combine(expert_outputs, handle, weights, check=check), handle.comm)
+        return run_started("moe.combine", lambda: combine(expert_outputs, handle, weights, check=check), handle.comm)
     comm_ = handle.comm
     call = Call("moe.combine", expert_outputs, comm_, check, ("top_k",))
     call.record.args = (handle.top_k,)
@@ -325,7 +327,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
 def pipeline(
     tokens: Array, expert_ids: Array, experts: Sequence[Callable[[Array], Array]], weights: Array | None = None, *,
     chunks: int = 1, capacity: int | None = None, comm: Comm | None = None, check: bool | None = None,
-    algorithm: str = "auto",
+    algorithm: str = "auto", timeline: list | None = None,
 ) -> Array:
     """A MoE layer's dispatch, expert compute and combine, with the tokens in ``chunks`` parts so
     that the exchanges of one part overlap the expert compute of another.
@@ -341,6 +343,9 @@ def pipeline(
       capacity: as ``dispatch``'s, applied to the whole batch: the same pairs are dropped
         whatever ``chunks`` is.
       algorithm: as ``dispatch``'s, for each part.
+      timeline: None, or a list to which this rank appends one ``(what, part, start, end)`` per
+        dispatch, expert pass and combine (``what`` "dispatch", "experts" or "combine";
+        ``time.perf_counter()`` seconds, an exchange from when its worker began it).
 
     Returns:
       ``[T, *F']``: ``combine`` of the experts' outputs, as the one-part path gives it. Each
@@ -350,7 +355,11 @@ def pipeline(
       combine.
 
     The exchanges run started (``async_op=True``): every part's dispatch is started at once, and
-    each part's combine as soon as its experts have run.
+    each part's combine as soon as its experts have run. Where the engine allows two groups at
+    once (gloo; MPI with ``THREAD_MULTIPLE``) and nothing is on the autograd tape, the combines
+    run on a communicator of the pipeline's own (made once per communicator, on every rank at the
+    same call), on a worker of their own: a part's combine travels while a later part's dispatch
+    does. Elsewhere they follow the dispatches on one worker.
     """
     call = Call("moe.pipeline", tokens, comm, check, ("num_experts", "top_k", "capacity", "chunks", "algorithm"))
     comm_ = call.comm
@@ -371,17 +380,61 @@ def pipeline(
     execute.finish(call, None)
     top_k = ids.shape[1]
     bounds = offsets(shard_sizes(ids.shape[0], parts)) + [ids.shape[0]]
+    lane = _combine_lane(comm_) if parts > 1 and may_overlap(comm_, tokens) else None  # before any is started
     started = [
-        start_call("moe.dispatch", lambda a=a, b=b: _dispatch(tokens[a:b], ids[a:b], num_experts, comm_, None, check,
-                                                                 routable[a * top_k : b * top_k], algorithm), comm_)
-        for a, b in zip(bounds, bounds[1:])
+        run_started("moe.dispatch", _timed(timeline, "dispatch", part, lambda a=a, b=b: _dispatch(
+            tokens[a:b], ids[a:b], num_experts, comm_, None, check, routable[a * top_k : b * top_k], algorithm)), comm_)
+        for part, (a, b) in enumerate(zip(bounds, bounds[1:]))
     ]
     combined = []
-    for (a, b), handle in zip(zip(bounds, bounds[1:]), started):
+    for part, ((a, b), handle) in enumerate(zip(zip(bounds, bounds[1:]), started)):
         expert_inputs, routed = handle.wait()
-        outputs = _run_experts(experts, expert_inputs, routed.tokens_per_expert)
-        combined.append(combine(outputs, routed, None if weights is None else weights[a:b], check=check, async_op=True))
+        outputs = _timed(timeline, "experts", part, lambda x=expert_inputs, r=routed: _run_experts(
+            experts, x, r.tokens_per_expert))()
+        w = None if weights is None else weights[a:b]
+        on = routed if lane is None else _on_lane(routed, lane)
+        combined.append(run_started("moe.combine", _timed(timeline, "combine", part,
+                                                          lambda o=outputs, h=on, w=w: combine(o, h, w, check=check)),
+                                    on.comm, lane=lane))
     return _concat([h.wait() for h in combined])
+
+
+def _timed(timeline: list | None, what: str, part: int, run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run``, noting its start and end in ``timeline`` where one is given."""
+    if timeline is None:
+        return run
+
+    def noted() -> Any:
+        start = time.perf_counter()
+        try:
+            return run()
+        finally:
+            timeline.append((what, part, start, time.perf_counter()))
+
+    return noted
+
+
+def _combine_lane(comm: Comm) -> Comm:
+    """The pipeline's own communicator over ``comm``'s ranks, for its combines: made at the first
+    pipeline that needs it (a collective: every rank's first such call), closed with ``comm``.
+    Its host mesh's sub-communicators are made here too, never on a worker."""
+    if comm.pipeline_lane is None:
+        handles.settle()  # a collective: after the calls started before it
+        lane = Comm(comm.primitives.subgroup([list(range(comm.size))]), check=comm.check, timeout=comm.timeout,
+                    hosts=comm.hosts)
+        lane.activity = comm.activity
+        if max(comm.hosts) > 0:  # the two-level path's exchanges, on the lane's own sub-communicators
+            lane.hosts_mesh = Mesh.from_hosts(lane)
+            lane.hosts_mesh.sub(0), lane.hosts_mesh.sub(1)
+        comm.children.append(lane)
+        comm.pipeline_lane = lane
+    return comm.pipeline_lane
+
+
+def _on_lane(routed: MoEHandle, lane: Comm) -> MoEHandle:
+    """``routed`` with its exchanges on ``lane`` (the same ranks in the same order)."""
+    hosts = None if routed.hosts is None else dataclasses.replace(routed.hosts, mesh=lane.hosts_mesh)
+    return dataclasses.replace(routed, comm=lane, hosts=hosts)
 
 
 def _check_pipeline(x: Array, n: int, experts: Any, chunks: Any, capacity: Any, expert_ids: Any,

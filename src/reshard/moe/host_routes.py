@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..execution.arrays import is_torch
-from ..planning import hosts_plan
+from ..planning import host_costs
 
 Array = Any
 
@@ -169,4 +169,4 @@ def cheaper(kept_counts: np.ndarray, rows_to_host: np.ndarray, mesh_shape: tuple
     two = np.zeros(hosts, dtype=np.int64)
     np.add.at(two, host_of_rank, (rows_to_host * (host_of_rank[:, None] != np.arange(hosts)[None, :])).sum(axis=1))
     inside = int(kept_counts.sum()) * row_bytes // (hosts * local)  # the mean rank's forwarded bytes
-    return hosts_plan.moe_cheaper(int(flat.max()) * row_bytes, int(two.max()) * row_bytes, inside, hosts, local)
+    return host_costs.moe_cheaper(int(flat.max()) * row_bytes, int(two.max()) * row_bytes, inside, hosts, local)

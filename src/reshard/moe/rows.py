@@ -61,7 +61,7 @@ def may_overlap(comm: Comm, x: Array) -> bool:
     """Whether an exchange on a sub-communicator of ``comm`` may run on a second thread while
     this one exchanges on another: the engine allows two groups at once, and ``x`` is neither on
     the autograd tape nor made in inference mode (both switches belong to each thread)."""
-    return bool(comm.adapter.concurrent_groups) and not (is_torch(x) and (x.requires_grad or x.is_inference()))
+    return bool(comm.primitives.concurrent_groups) and not (is_torch(x) and (x.requires_grad or x.is_inference()))
 
 
 class Started:

@@ -5,7 +5,7 @@ the elements it needs and does not hold, each exactly once, as boxes (products o
 An element a rank needs comes from the holder nearest to it: the rank that shares its
 coordinates on every mesh dim where the source replicates (itself, when it holds the element),
 so the load spreads over the replicas. A rank's own boxes come from its coordinate alone
-(``rank_exchange``, through ``rank_plan.ExchangeGeometry``) and the totals from vectorised
+(``rank_exchange``, through ``box_geometry.ExchangeGeometry``) and the totals from vectorised
 per-rank sums; only the small-mesh reports (``bytes_per_rank``, the traffic matrix) and Partial
 destinations (a group's first rank receives what none of the group holds) list every rank's.
 """
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from .box_geometry import ExchangeGeometry
 from .layout import Placement, Replicate, Shard, mesh_region, normalize_dim, ravel, shard_sizes, split_sizes, unravel
 from .plan import Region as Box
 from .plan import region_numel as box_size
-from .rank_plan import ExchangeGeometry
 
 
 def box_intersect(a: Box, b: Box) -> Box | None:

@@ -1,8 +1,9 @@
 """Planning without ranks: for (global shape, src, dst, world size) say which collective runs,
 who sends which slice to whom, the traffic matrix, bytes per rank and memory per rank.
 
-Pure: imports no engine and no array library, so ``reshard plan`` answers instantly for any
-size. The regions are global ``[start, stop)`` per dim; the op layer follows the same rules.
+Pure: imports no engine, and numpy only in the functions that make the tables (each step's
+pairs as arrays, ``CollectiveStep.pairs``), so ``reshard plan`` starts fast. The regions are global
+``[start, stop)`` per dim; the op layer follows the same rules.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ class Transfer:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One collective of a plan, with everything the executor needs to run it.
+class CollectiveStep:
+    """One collective of a whole-world plan, as ``reshard plan`` reports it (a rank runs the typed
+    steps of ``planning.steps`` that the planner makes; this says what moves between every pair).
 
     ``all_to_all``: cut along ``split_dim``, concatenate along ``concat_dim``. ``all_gather`` and
     ``reduce_scatter``: along ``dim`` (None: the tensor flattened, as ``all_reduce`` runs them),
@@ -95,6 +97,10 @@ class Step:
     op: str | None = None
     action: str | None = None
     keep_empty: bool = True  # list pairs that move nothing (a rank's own part always is)
+    # what ``region`` computes, as per-rank boxes for the tables (``pairs``): (how, a, b) with
+    # how "meet" (a[s] ∩ b[d]), "from" (a[s]), "to" (b[d]) or "own" (a[r] ∩ b[r], r to itself)
+    boxes: tuple[str, Sequence[Region] | None, Sequence[Region] | None] | None = field(
+        default=None, compare=False, repr=False)
 
     def _transfer(self, s: int, d: int) -> Transfer | None:
         reg = self.region(s, d)
@@ -121,7 +127,56 @@ class Step:
     @property
     def participants(self) -> tuple[int, ...]:
         """The ranks that send or receive in this step (all that hold a piece, for ``local``)."""
-        return tuple(sorted({t.src for t in self.transfers} | {t.dst for t in self.transfers}))
+        table = self.pairs
+        return tuple(sorted(set(table.src.tolist()) | set(table.dst.tolist())))
+
+    @functools.cached_property
+    def pairs(self) -> PairTable:
+        """Every pair's transfer as arrays, in ``transfers``' order: what the tables are made
+        from (one numpy expression per step, where ``transfers`` makes an object per pair)."""
+        import numpy as np
+
+        how, a, b = self.boxes  # make_plan gives every step its boxes
+        n, ndim = self.size, len((a if a is not None else b)[0])
+        if how == "own":
+            src = dst = np.arange(n, dtype=np.int64)
+        else:
+            src, dst = (g.ravel() for g in np.meshgrid(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64),
+                                                       indexing="ij"))
+        box_a = np.array(a, dtype=np.int64).reshape(n, ndim, 2) if a is not None else None
+        box_b = np.array(b, dtype=np.int64).reshape(n, ndim, 2) if b is not None else None
+        if how == "from":
+            lo, hi = box_a[src, :, 0], box_a[src, :, 1]
+        elif how == "to":
+            lo, hi = box_b[dst, :, 0], box_b[dst, :, 1]
+        else:  # "meet" and "own": the intersection, empty ranges kept at their start
+            lo = np.maximum(box_a[src, :, 0], box_b[dst, :, 0])
+            hi = np.minimum(box_a[src, :, 1], box_b[dst, :, 1])
+            hi = np.maximum(hi, lo)
+        nbytes = np.prod(np.maximum(hi - lo, 0), axis=1) * self.itemsize
+        if not self.keep_empty:
+            keep = (nbytes > 0) | (src == dst)
+            src, dst, lo, hi, nbytes = src[keep], dst[keep], lo[keep], hi[keep], nbytes[keep]
+        return PairTable(src, dst, lo, hi, nbytes)
+
+
+Step = CollectiveStep  # the name it had; ``planning.steps.Step`` is a rank's typed step, another thing
+
+
+@dataclass(frozen=True)
+class PairTable:
+    """A step's transfers as arrays: ``src``, ``dst`` and ``nbytes`` ``[P]`` int64, the regions'
+    ``lo`` and ``hi`` ``[P, ndim]`` (global ``[lo, hi)`` per dim)."""
+
+    src: Any
+    dst: Any
+    lo: Any
+    hi: Any
+    nbytes: Any
+
+    def moved(self) -> Any:
+        """bool ``[P]``: the pairs between two ranks (a rank's own part is no traffic)."""
+        return self.src != self.dst
 
 
 @dataclass
@@ -132,7 +187,7 @@ class Plan:
     size: int
     dtype: str
     collective: str
-    steps: list[Step] = field(default_factory=list)
+    steps: list[CollectiveStep] = field(default_factory=list)
     pack_copies: int = 0
     unpack_copies: int = 0
     itemsize_override: int | None = None
@@ -148,30 +203,36 @@ class Plan:
     @property
     def traffic_matrix(self) -> list[list[int]]:
         """``[i][j]``: bytes rank i sends to rank j; the diagonal is what a rank keeps (no traffic)."""
-        m = [[0] * self.size for _ in range(self.size)]
-        for t in self.transfers:
-            m[t.src][t.dst] += t.nbytes
-        return m
+        import numpy as np
 
-    def step_bytes(self, step: Step) -> tuple[list[int], list[int]]:
+        m = np.zeros((self.size, self.size), dtype=np.int64)
+        for step in self.steps:
+            table = step.pairs
+            np.add.at(m, (table.src, table.dst), table.nbytes)
+        return m.tolist()
+
+    def step_bytes(self, step: CollectiveStep) -> tuple[list[int], list[int]]:
         """(bytes sent, bytes received) per rank in one step, own pieces excluded."""
-        return self._per_rank(step.transfers, "src"), self._per_rank(step.transfers, "dst")
+        return self._per_rank([step], "src"), self._per_rank([step], "dst")
 
-    def _per_rank(self, transfers: Sequence[Transfer], end: str) -> list[int]:
-        """Bytes per rank that leave it (end="src") or arrive at it (end="dst"); one pass."""
-        out = [0] * self.size
-        for t in transfers:
-            if t.src != t.dst:
-                out[getattr(t, end)] += t.nbytes
-        return out
+    def _per_rank(self, steps: Sequence[CollectiveStep], end: str) -> list[int]:
+        """Bytes per rank that leave it (end="src") or arrive at it (end="dst"), own pieces excluded."""
+        import numpy as np
+
+        out = np.zeros(self.size, dtype=np.int64)
+        for step in steps:
+            table = step.pairs
+            moved = table.moved()
+            np.add.at(out, getattr(table, end)[moved], table.nbytes[moved])  # integers: exact at any size
+        return out.tolist()
 
     @property
     def bytes_sent_per_rank(self) -> list[int]:
-        return self._per_rank(self.transfers, "src")
+        return self._per_rank(self.steps, "src")
 
     @property
     def bytes_received_per_rank(self) -> list[int]:
-        return self._per_rank(self.transfers, "dst")
+        return self._per_rank(self.steps, "dst")
 
     @property
     def total_bytes(self) -> int:
@@ -182,14 +243,17 @@ class Plan:
 
     def memory_per_rank(self) -> list[dict[str, int]]:
         """Bytes held before, at the peak during, and after, per rank (input + output + buffers)."""
+        import numpy as np
+
+        received_all = np.zeros(self.size, dtype=np.int64)  # a rank's own part counted too
+        for step in self.steps:
+            table = step.pairs
+            np.add.at(received_all, table.dst, table.nbytes)
         out = []
-        received_all = [0] * self.size
-        for t in self.transfers:
-            received_all[t.dst] += t.nbytes
         for r in range(self.size):
             before = self.local_bytes(self.src, r)
             after = self.local_bytes(self.dst, r)
-            received = received_all[r]
+            received = int(received_all[r])
             extra = before * self.pack_copies + (received if self.unpack_copies else 0)
             if self.collective in ("reduce_scatter", "all_reduce"):
                 extra = before * self.pack_copies + received
@@ -238,27 +302,31 @@ def make_plan(
             got = held[(p, r)] = local_region(shape, p, r, size)
         return got
 
-    def step(collective: str, pair: Callable[[int, int], Region | None], **kw: Any) -> Step:
-        return Step(collective, pair, size, item, **kw)
+    def step(collective: str, pair: Callable[[int, int], Region | None], **kw: Any) -> CollectiveStep:
+        return CollectiveStep(collective, pair, size, item, **kw)
+
+    def boxes(p: Placement) -> list[Region]:
+        return [region(p, r) for r in range(size)]
 
     if src_p == dst_p:
         return plan
     if isinstance(src_p, Shard) and isinstance(dst_p, Shard):
         plan.collective = "all_to_all"
         plan.steps.append(step("all_to_all", lambda s, d: intersect(region(src_p, s), region(dst_p, d)),
-                               split_dim=dst_p.dim, concat_dim=src_p.dim, keep_empty=False))
+                               split_dim=dst_p.dim, concat_dim=src_p.dim, keep_empty=False,
+                               boxes=("meet", boxes(src_p), boxes(dst_p))))
         in_shape = [b - a for a, b in region(src_p, 0)]
         out_shape = [b - a for a, b in region(dst_p, 0)]
         plan.pack_copies = 0 if leading_trivial(in_shape, dst_p.dim) else 1
         plan.unpack_copies = 0 if leading_trivial(out_shape, src_p.dim) else 1
     elif isinstance(src_p, Shard) and isinstance(dst_p, Replicate):
         plan.collective = "all_gather"
-        plan.steps.append(step("all_gather", lambda s, d: region(src_p, s), dim=src_p.dim))
+        plan.steps.append(step("all_gather", lambda s, d: region(src_p, s), dim=src_p.dim, boxes=("from", boxes(src_p), None)))
         plan.unpack_copies = 0 if leading_trivial(shape, src_p.dim) else 1
     elif isinstance(src_p, Partial) and isinstance(dst_p, Shard):
         plan.collective = "reduce_scatter"
         plan.steps.append(step("reduce_scatter", lambda s, d: region(dst_p, d), sums_values=True, dim=dst_p.dim,
-                               op=src_p.op))
+                               op=src_p.op, boxes=("to", None, boxes(dst_p))))
         plan.pack_copies = 0 if leading_trivial(shape, dst_p.dim) else 1
     elif isinstance(src_p, Partial):
         plan.collective = "all_reduce"
@@ -269,23 +337,27 @@ def make_plan(
         def piece(r: int) -> Region:
             return ((starts[r], starts[r] + sizes[r]),)
 
-        plan.steps.append(step("reduce_scatter", lambda s, d: piece(d), sums_values=True, op=src_p.op))
-        plan.steps.append(step("all_gather", lambda s, d: piece(s)))
+        pieces = [piece(r) for r in range(size)]
+        plan.steps.append(step("reduce_scatter", lambda s, d: piece(d), sums_values=True, op=src_p.op,
+                               boxes=("to", None, pieces)))
+        plan.steps.append(step("all_gather", lambda s, d: piece(s), boxes=("from", pieces, None)))
         if isinstance(dst_p, Partial):  # reduced, then held again as a partial sum of dst's op
             whole = tuple((0, n) for n in shape)
-            plan.steps.append(step("local", lambda s, d: whole, action="to_partial", op=dst_p.op))
+            plan.steps.append(step("local", lambda s, d: whole, action="to_partial", op=dst_p.op,
+                                   boxes=("own", [whole] * size, [whole] * size)))
     else:  # Replicate -> Shard / Partial, Shard -> Partial: each rank keeps what it needs
         plan.collective = "local"
 
         def keep(s: int, d: int) -> Region:
             return intersect(region(src_p, s), region(dst_p, s))
 
+        own = ("own", boxes(src_p), boxes(dst_p))
         if isinstance(dst_p, Shard):
-            plan.steps.append(step("local", keep, action="slice", dim=dst_p.dim))
+            plan.steps.append(step("local", keep, action="slice", dim=dst_p.dim, boxes=own))
         elif isinstance(src_p, Replicate):
-            plan.steps.append(step("local", keep, action="to_partial", op=dst_p.op))
+            plan.steps.append(step("local", keep, action="to_partial", op=dst_p.op, boxes=own))
         else:
-            plan.steps.append(step("local", keep, action="embed", dim=src_p.dim, op=dst_p.op))
+            plan.steps.append(step("local", keep, action="embed", dim=src_p.dim, op=dst_p.op, boxes=own))
     return plan
 
 
@@ -330,12 +402,21 @@ def summarize_matrix(matrix: list[list[int]], limit: int = 8) -> dict:
     return summary
 
 
+SPLIT_TABLE_ROWS = 4096  # the transfers ``reshard plan --json`` lists; past them it says the table is cut
+
+
 def plan_report(plan: Plan) -> dict:
     """Everything ``reshard plan --json`` prints."""
-    split_table = [
-        {"src_rank": t.src, "dst_rank": t.dst, "region": [list(r) for r in t.region], "bytes": t.nbytes, "step": step.collective}
-        for step in plan.steps for t in step.transfers
-    ]
+    split_table, rows = [], 0
+    for step in plan.steps:
+        table = step.pairs
+        rows += len(table.src)
+        room = SPLIT_TABLE_ROWS - len(split_table)
+        bounds = zip(table.lo[:room].tolist(), table.hi[:room].tolist())
+        split_table += [{"src_rank": s, "dst_rank": d, "region": [[a, b] for a, b in zip(lo, hi)], "bytes": nbytes,
+                         "step": step.collective}
+                        for s, d, (lo, hi), nbytes in zip(table.src[:room].tolist(), table.dst[:room].tolist(), bounds,
+                                                          table.nbytes[:room].tolist())]
     return {
         "global_shape": list(plan.global_shape),
         "dtype": plan.dtype,
@@ -352,12 +433,12 @@ def plan_report(plan: Plan) -> dict:
         "total_bytes": plan.total_bytes,
         "memory_per_rank": plan.memory_per_rank(),
         "traffic_matrix": summarize_matrix(plan.traffic_matrix, limit=16),
-        "split_table": split_table if len(split_table) <= 4096 else split_table[:4096],
-        "split_table_truncated": len(split_table) > 4096,
+        "split_table": split_table,
+        "split_table_truncated": rows > SPLIT_TABLE_ROWS,
     }
 
 
-def _step_report(plan: Plan, step: Step) -> dict:
+def _step_report(plan: Plan, step: CollectiveStep) -> dict:
     sent, received = plan.step_bytes(step)
     return {
         "collective": step.collective,
@@ -371,13 +452,15 @@ def _step_report(plan: Plan, step: Step) -> dict:
 def estimate_seconds(plan: Plan, alpha: float, beta: float) -> float:
     """Alpha-beta model: per step, the busiest rank pays alpha per peer it talks to plus beta
     per byte it sends or receives (whichever is larger); steps add up."""
+    import numpy as np
+
     total = 0.0
     for step in plan.steps:
         sent, received = plan.step_bytes(step)
-        peers: list[set[int]] = [set() for _ in range(plan.size)]
-        for t in step.transfers:
-            if t.src != t.dst and t.nbytes:
-                peers[t.src].add(t.dst)
-                peers[t.dst].add(t.src)
-        total += max(alpha * len(peers[r]) + beta * max(sent[r], received[r]) for r in range(plan.size))
+        table = step.pairs
+        talks = table.moved() & (table.nbytes > 0)
+        linked = np.zeros((plan.size, plan.size), dtype=bool)
+        linked[table.src[talks], table.dst[talks]] = True
+        peers = (linked | linked.T).sum(axis=1).tolist()  # a peer counted once, whichever way bytes go
+        total += max(alpha * peers[r] + beta * max(sent[r], received[r]) for r in range(plan.size))
     return total

@@ -16,7 +16,7 @@ def _plan_hosts(args: argparse.Namespace) -> int:
     """The row -> column all_to_all on ``--hosts`` x ``--ranks-per-host`` ranks: flat against two-level."""
     import math
 
-    from ..planning.hosts_plan import Levels, two_level_table
+    from ..planning.host_costs import Levels, two_level_table
     from ..planning.plan import ITEMSIZE
 
     if args.dtype not in ITEMSIZE:
@@ -24,7 +24,7 @@ def _plan_hosts(args: argparse.Namespace) -> int:
     n = args.hosts * args.ranks_per_host
     if args.rank is not None:  # that rank's part of the two-level exchange
         from ..viz.terminal import render_rank_plan
-        from .rank_view import hosts_rank_report
+        from .rank_report import hosts_rank_report
 
         if not 0 <= args.rank < n:
             raise ReshardError(f"--rank {args.rank} is outside the {n} ranks (0 to {n - 1})")
@@ -70,7 +70,7 @@ def _plan_hosts(args: argparse.Namespace) -> int:
 
 def _plan_moe(args: argparse.Namespace) -> int:
     """MoE dispatch (FP8 with its scales) and combine (BF16) across hosts, on paper."""
-    from ..planning.hosts_plan import moe_table
+    from ..planning.host_costs import moe_table
 
     hosts = args.hosts or 2
     if args.top_k > args.experts:
@@ -160,7 +160,7 @@ def _plan_rank(args: argparse.Namespace) -> int:
     from ..planning.layout import parse_placements
     from ..planning.plan import ITEMSIZE
     from ..viz.terminal import render_rank_plan
-    from .rank_view import rank_report
+    from .rank_report import rank_report
 
     size = math.prod(args.mesh) if args.mesh else args.ranks
     if not 0 <= args.rank < size:

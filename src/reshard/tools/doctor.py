@@ -22,7 +22,7 @@ from typing import Any
 from .. import settings
 from ..engines.available import ENGINES, installed, missing_for
 from ..errors import ReshardError
-from ..meta import VERSION
+from ..version import VERSION
 
 MPI_PROBE = ("import mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; "
              "from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), '').strip().splitlines()[0].strip())")
@@ -200,7 +200,7 @@ def doctor_rank(comm: Any) -> dict[str, Any]:
     out = ops.redistribute(mine, src="row", dst="col")
     seconds = time.perf_counter() - started
     want = np.ascontiguousarray(local_shard(full, Shard(1), comm.rank, n))
-    local = getattr(comm.adapter, "local", None)
+    local = getattr(comm.primitives, "local", None)
     return {"right": out.shape == want.shape and out.tobytes() == want.tobytes(), "seconds": seconds,
             "shared_memory_peers": sorted(local.peer_fds) if local is not None else None}
 

@@ -1,0 +1,56 @@
+"""The bad-input suite: every case runs on 3 real ranks and must end in the named ReshardError
+subclass on every rank (the check makes the innocent ranks raise too), never a hang."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+import reshard as rs
+from tests.helpers.bad_input_cases import CASES, A, N, a2a
+from tests.helpers.rank_fns import call_op, grad_input_all_to_all
+
+NEEDS_MPI = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="mpi4py is not installed")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_fails_on_every_rank(name):
+    op, kwargs, cls, word = CASES[name]
+    results = rs.spawn(call_op, N, args=(op, kwargs), timeout=60)
+    for rank, (kind, message) in enumerate(results):
+        assert kind == cls, f"rank {rank}: {kind}: {message}"
+        assert word in message, f"rank {rank}: {message!r} does not mention {word!r}"
+
+
+MIXED = {
+    "all_gather": dict(x=A, dim=0),
+    "all_to_all": a2a(),
+    "all_to_all_v": dict(x=A, send_counts=[2, 2, 2]),
+    "redistribute": dict(x=A, src=rs.Shard(0), dst=rs.Shard(1)),
+    "moe.dispatch": dict(tokens=("array", (4, 3)), expert_ids=("ids", [[0], [1], [2], [3]]), num_experts=6),
+}
+
+
+@pytest.mark.parametrize("engine", ["gloo", pytest.param("mpi", marks=NEEDS_MPI)])
+@pytest.mark.parametrize(("one", "others"), [("all_gather", "all_to_all"), ("all_to_all_v", "all_gather"),
+                                             ("redistribute", "all_to_all_v"), ("moe.dispatch", "all_to_all")])
+def test_different_collectives_on_different_ranks(one, others, engine):
+    # ops that replay and ops that cannot, in either role: the same error on every rank, at once
+    results = rs.spawn(_mixed, N, engine=engine, args=(one, others), timeout=60)
+    for kind, message in results:
+        assert kind == "MismatchError" and "different collectives" in message, message
+        assert one.split(".")[-1] in message and others in message, message
+
+
+def _mixed(comm, one, others):
+    op = one if comm.rank == 1 else others
+    return call_op(comm, op, MIXED[op])
+
+
+def test_requires_grad_input_is_accepted_and_untouched():
+    results = rs.spawn(grad_input_all_to_all, N, timeout=60)
+    for rank, (untouched, on_tape, right, grad_right) in enumerate(results):
+        assert untouched, f"rank {rank}: the input changed, or lost requires_grad, or got a grad"
+        assert on_tape and right, f"rank {rank}: the result is off the tape or wrong"
+        assert grad_right, f"rank {rank}: the input's gradient is wrong"

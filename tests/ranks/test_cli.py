@@ -1,0 +1,195 @@
+"""`reshard demo` and `reshard plan` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from reshard.planning.layout import Shard, local_shard
+from reshard.tools.demo import global_matrix, verify
+from tests.helpers.cli_run import reshard_cli
+
+
+def test_demo_shows_the_row_to_column_example():
+    run = reshard_cli("demo")
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "\x1b[" not in out  # piped: plain text
+    for line in ["rows 0-1, cols 0-5", "rows 0-5, cols 0-1", "rows 0-5, cols 4-5"]:
+        assert line in out
+    assert "A00 A01 A02" in out and "A00 A10 A20" in out and "A02 A12 A22" in out
+    assert "rows 0-1, cols 2-3 -> rank 1" in out
+    assert "no values were summed" in out
+    assert "OK: all 3 ranks" in out
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("--shape", "7x5", "--ranks", "4"), ["rows 0-1, cols 0-4", "row 6, cols 0-4", "rows 0-6, col 4", "OK: all 4 ranks"]),
+    (("--shape", "5x7", "--ranks", "2", "--src", "col", "--dst", "row", "--dtype", "int8"), ["rows 0-4, cols 0-3", "rows 0-2, cols 0-6", "OK"]),
+    (("--src", "Shard(0)", "--dst", "replicate", "--dtype", "bfloat16"), ["replicated", "OK"]),
+    (("--ranks", "2", "--lang", "ko"), ["행(row) 분할", "값을 더하지 않는다", "확인"]),
+])
+def test_demo_options(args, needles):
+    run = reshard_cli("demo", *args)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for needle in needles:
+        assert needle in run.stdout, (needle, run.stdout)
+
+
+def test_demo_rejects_bad_options():
+    assert reshard_cli("demo", "--shape", "6x6x6").returncode != 0
+    assert reshard_cli("demo", "--ranks", "0").returncode != 0
+    assert reshard_cli("demo", "--src", "Shard(2)").returncode != 0
+
+
+def test_verify_catches_a_wrong_result():
+    shape, n = (6, 6), 3
+    full = global_matrix(shape, "float32")
+    outs = [local_shard(full, Shard(1), r, n).contiguous() for r in range(n)]
+    assert verify(shape, "float32", Shard(1), outs) == {}
+    outs[1] = outs[1].clone()
+    outs[1][0, 0] += 1
+    assert set(verify(shape, "float32", Shard(1), outs)) == {1}
+    outs[2] = torch.zeros(5, 2)
+    assert set(verify(shape, "float32", Shard(1), outs)) == {1, 2}
+
+
+def test_plan_json_is_exact():
+    run = reshard_cli("plan", "--shape", "8192x8192", "--dtype", "bfloat16", "--ranks", "64", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    per_pair = (8192 // 64) * (8192 // 64) * 2
+    assert report["collective"] == "all_to_all"
+    assert report["bytes_sent_per_rank"] == [63 * per_pair] * 64
+    assert report["total_bytes"] == 64 * 63 * per_pair
+
+
+def test_plan_text():
+    run = reshard_cli("plan", "--shape", "6x6", "--ranks", "3")
+    assert run.returncode == 0
+    assert "rows 0-1, cols 2-3 -> rank 1" in run.stdout
+
+
+@pytest.mark.parametrize("hosts", [2, 8])
+def test_plan_moe_counts_what_crosses_as_routing_drawn_at_random_does(hosts):
+    run = reshard_cli("plan", "--moe", "--hosts", str(hosts), "--json")  # DeepEP's normal-kernel setting
+    assert run.returncode == 0, run.stderr
+    table = json.loads(run.stdout)
+    # the oracle: 40,000 tokens routed to 8 distinct experts of 256 drawn at random, counted
+    rng = np.random.default_rng(hosts)
+    host_of_slot = np.argsort(rng.random((40_000, 256)), axis=1)[:, :8] // (256 // hosts)
+    remote = host_of_slot != 0  # a token of host 0
+    reached = sum(((host_of_slot == h).any(axis=1)).mean() for h in range(1, hosts))
+    assert table["pairs_across_per_token"] == pytest.approx(remote.sum(axis=1).mean(), rel=0.02)
+    assert table["remote_hosts_per_token"] == pytest.approx(reached, rel=0.02)
+    flat, dedup = table["flat"], table["deduplicated"]
+    assert dedup["dispatch_bytes_per_rank"] == pytest.approx(4096 * reached * 7168 * (1 + 4 / 128), rel=0.02)
+    assert dedup["combine_bytes_per_host_link"] == pytest.approx(8 * 4096 * reached * 7168 * 2, rel=0.02)
+    assert flat["dispatch_s"] == pytest.approx(flat["dispatch_bytes_per_rank"] / 50e9)
+    text = reshard_cli("plan", "--moe").stdout
+    assert "deduplicated" in text and "per host link" in text
+    bad = reshard_cli("plan", "--moe", "--hosts", "3")
+    assert bad.returncode == 2 and "256 experts do not spread evenly over 3 hosts" in bad.stderr
+
+
+@pytest.mark.parametrize("rank", range(4))
+def test_plan_rank_on_hosts_gives_that_ranks_two_level_steps(rank):
+    from tests.helpers.oracle import balanced
+
+    run = reshard_cli("plan", "--hosts", "2", "--ranks-per-host", "2", "--shape", "10x7", "--rank", str(rank), "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    rows, cols = balanced(10, 4), balanced(7, 4)
+    host, local = divmod(rank, 2)
+    other_local, other_host = host * 2 + (1 - local), (1 - host) * 2 + local
+    inside, across = report["steps"][1], report["steps"][2]
+    # inside: to the other local rank, this rank's rows of the columns of that local index on both hosts
+    assert inside["sends_to"] == [other_local]
+    assert inside["sent_bytes"] == rows[rank] * (cols[1 - local] + cols[2 + 1 - local]) * 4
+    # across: to its twin on the other host, the host's rows of the twin's columns (one message)
+    assert across["sends_to"] == [other_host]
+    assert across["sent_bytes"] == (rows[host * 2] + rows[host * 2 + 1]) * cols[other_host] * 4
+    assert report["algorithm"] == "hierarchical" and report["peers"] == sorted({other_local, other_host})
+
+
+def test_explain_moe_shows_what_each_path_sent_across_hosts(tmp_path):
+    png, page = tmp_path / "moe.png", tmp_path / "moe.html"
+    run = reshard_cli("explain", "--moe", "--json", "--lang", "ko", "--png", str(png), "--html", str(page))
+    assert run.returncode == 0, run.stderr
+    facts = json.loads(run.stdout)
+    n, hosts, tokens = facts["ranks"], facts["hosts"], facts["tokens_per_rank"]
+    assert (n, hosts, facts["top_k"]) == (4, 2, 2)
+    host = [r // 2 for r in range(n)]
+    ids = facts["ids"]
+    # the oracle, from the routing alone: expert d's rows by source rank then token, and the copies across
+    for d in range(n):
+        want = [[s, t] for s in range(n) for t in range(tokens) if d in ids[s][t]]
+        assert facts["expert_rows"][d] == want, d
+    flat = sum(host[e] != host[s] for s in range(n) for t in range(tokens) for e in ids[s][t])
+    once = sum(len({host[e] for e in ids[s][t]} - {host[s]}) for s in range(n) for t in range(tokens))
+    assert facts["rows_across"] == {"flat": flat, "hierarchical": once}
+    assert facts["same_expert_inputs"] and facts["combine_ok"]
+    row = facts["row_bytes"]
+    # what rs.last_exchange() counted: rows out and back; the two-level dispatch adds k int64 routing ids a row
+    assert facts["bytes_across"]["flat"] == {"dispatch": flat * row, "combine": flat * row}
+    assert facts["bytes_across"]["hierarchical"] == {"dispatch": once * (row + 16), "combine": once * row}
+    assert png.stat().st_size > 10_000
+    text = page.read_text(encoding="utf-8")
+    assert "교환 전" in text and "rank 3 · host 1" in text  # the page's own words in Korean too
+    words = reshard_cli("explain", "--moe", "--top-k", "1").stdout
+    assert "Flat:" in words and "A0" in words and "host 사이" not in words
+
+
+def test_plan_on_hosts_takes_the_calibrated_levels(tmp_path):
+    levels = tmp_path / "levels.json"  # as reshard bench --calibrate writes it: only the link costs here
+    levels.write_text(json.dumps({"levels": {"alpha_local": 0.0, "beta_local": 0.0, "alpha_link": 0.0,
+                                             "beta_link": 1e-9, "step": 0.0}}))
+    run = reshard_cli("plan", "--hosts", "2", "--ranks-per-host", "2", "--shape", "1024x1024", "--json",
+                      "--levels", str(levels))
+    assert run.returncode == 0, run.stderr
+    table = json.loads(run.stdout)
+    link = 2 * (1 << 20) * 2 // 4  # 2 ranks a host, 1 MiB each, half of it to the other host
+    assert table["flat"]["estimate_s"] == pytest.approx(link * 1e-9)
+    assert table["hierarchical"]["estimate_s"] == pytest.approx(link * 1e-9)
+    levels.write_text("{}")
+    bad = reshard_cli("plan", "--hosts", "2", "--shape", "8x8", "--levels", str(levels))
+    assert bad.returncode == 2 and "cannot read the cost model" in bad.stderr
+
+
+def test_plan_on_hosts_sets_flat_beside_two_level():
+    run = reshard_cli("plan", "--hosts", "512", "--ranks-per-host", "8", "--shape", "65536x65536", "--dtype", "bfloat16",
+                      "--json")
+    assert run.returncode == 0, run.stderr
+    table = json.loads(run.stdout)
+    per_rank = 65536 * 65536 * 2 // 4096  # 2 MiB: 512 B to each of 4,096 ranks
+    link = 8 * 512 * (4096 - 8)  # every rank of a host sends 512 B to each rank on the other 511 hosts
+    assert table["bytes_per_rank"] == per_rank
+    assert (table["flat"]["messages_inside_per_rank"], table["flat"]["messages_across_per_rank"]) == (7, 4088)
+    assert (table["hierarchical"]["messages_inside_per_rank"], table["hierarchical"]["messages_across_per_rank"]) == (7, 511)
+    assert table["flat"]["bytes_per_host_link"] == table["hierarchical"]["bytes_per_host_link"] == link
+    assert table["hierarchical"]["bytes_inside_per_rank"] == per_rank * 7 // 8
+    assert table["hierarchical"]["estimate_s"] < table["flat"]["estimate_s"]
+    text = reshard_cli("plan", "--hosts", "2", "--ranks-per-host", "2", "--shape", "8x8").stdout
+    assert "flat" in text and "hierarchical" in text and "per host link" in text
+
+
+def test_plan_on_hosts_without_a_shape_takes_a_65536_square():
+    run = reshard_cli("plan", "--hosts", "512", "--ranks-per-host", "8", "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["bytes_per_rank"] == 65536 * 65536 * 4 // 4096  # float32, 4,096 ranks
+    text = reshard_cli("plan", "--hosts", "512", "--ranks-per-host", "8").stdout
+    assert "65536x65536" in text and "4,096 ranks" in text and "hierarchical" in text
+
+
+@pytest.mark.parametrize("args", [("plan", "--shape", "7x5", "--ranks", "4", "--dst", "S1"),
+                                  ("plan", "--shape", "7x5", "--ranks", "4", "--rank", "1", "--src", "rows?"),
+                                  ("demo", "--src", "bogus")])
+def test_a_placement_the_cli_cannot_read_is_one_line_naming_the_option(args):
+    run = reshard_cli(*args)
+    option = "--dst" if "--dst" in args else "--src"
+    said = (run.stdout + run.stderr).strip()
+    assert run.returncode == 2 and said.startswith(f"error: {option}: cannot read placement"), said
+    assert "Traceback" not in said and len(said.splitlines()) == 1, said

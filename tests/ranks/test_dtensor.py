@@ -1,0 +1,41 @@
+"""PyTorch interop: a DTensor in gives a DTensor out, laid out exactly as DTensor's own
+redistribute lays it out (its split rule, uneven shapes included); the full tensor agrees."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import reshard as rs
+from tests.helpers import rank_fns
+from tests.helpers.oracle import pattern
+
+pytest.importorskip("torch.distributed.tensor")
+LAYOUTS = [",".join(p) for p in itertools.product(["S(0)", "S(1)", "R"], repeat=2)]
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (5, 7)])
+def test_dtensor_in_dtensor_out_on_a_2x2_mesh(shape):
+    pairs = [(a, b) for a in LAYOUTS for b in LAYOUTS if a != b]
+    per_rank = rs.spawn(rank_fns.dtensor_pairs, 4, args=((2, 2), shape, pairs), timeout=300)
+    for rank, results in enumerate(per_rank):  # every rank's local shard, not only rank 0's
+        assert len(results) == len(pairs)
+        for src, dst, same_local, same_full, same_placements in results:
+            assert same_local and same_full and same_placements, (rank, shape, src, dst)
+
+
+@pytest.mark.parametrize("given", ["every rank", "one rank"])
+def test_a_src_that_contradicts_the_dtensor_raises_naming_both(given):
+    srcs = [rs.Replicate()] * 2 if given == "every rank" else [None, "S(1)"]
+    for kind, text in rs.spawn(rank_fns.dtensor_given_src, 2, args=(srcs,), timeout=120):
+        assert kind == "InvalidArgument", (kind, text)
+        said = "Replicate()" if given == "every rank" else "Shard(1)"
+        assert f"src=({said},) contradicts the DTensor's own placements (Shard(0),)" in text, text
+
+
+def test_a_src_equal_to_the_dtensor_placements_is_taken():
+    full = pattern((6, 4), "float32")
+    for rank, (kind, local) in enumerate(rs.spawn(rank_fns.dtensor_given_src, 2, args=([rs.Shard(0), "S(0)"],))):
+        assert kind == "ok" and np.array_equal(local, full[:, 2 * rank : 2 * rank + 2])

@@ -1,0 +1,103 @@
+"""Bad input ends in the same clear ReshardError subclass on every rank, never a hang."""
+
+from __future__ import annotations
+
+import pytest
+
+import reshard as rs
+from tests.helpers import rank_fns
+from tests.helpers.rank_fns import call_op
+
+A = ("array", (6, 4))
+
+
+def run(op, kwargs, n=3):
+    return rs.spawn(call_op, n, args=(op, kwargs), timeout=60)
+
+
+def _all(results, cls, *words):
+    for rank, (kind, message) in enumerate(results):
+        assert kind == cls, (rank, kind, message)
+        for w in words:
+            assert w in message, (rank, message)
+
+
+def test_shape_mismatch_names_ranks():
+    kwargs = [dict(x=("array", (6, 4)), split_dim=1, concat_dim=0)] * 2 + [dict(x=("array", (6, 5)), split_dim=1, concat_dim=0)]
+    _all(run("all_to_all", kwargs), "MismatchError", "dim 1", "rank 2")
+
+
+def test_dtype_mismatch():
+    kwargs = [dict(x=("array", (3, 3), "float32"), split_dim=1, concat_dim=0)] * 2 + [dict(x=("array", (3, 3), "float64"), split_dim=1, concat_dim=0)]
+    _all(run("all_to_all", kwargs), "MismatchError", "dtype", "float64")
+
+
+def test_dim_out_of_range_on_one_rank_raises_everywhere():
+    kwargs = [dict(x=A, split_dim=1, concat_dim=0)] * 2 + [dict(x=A, split_dim=5, concat_dim=0)]
+    _all(run("all_to_all", kwargs), "InvalidArgument", "rank 2", "split_dim=5")
+
+
+@pytest.mark.parametrize("split", [[1, 1], [2, 2, -0.5], [3, 2, -1], [1, 1, 1]])
+def test_bad_split_sizes(split):
+    _all(run("all_to_all", dict(x=A, split_dim=1, concat_dim=0, split_sizes=split)), "InvalidArgument", "split_sizes")
+
+
+def test_split_sizes_disagree():
+    kwargs = [dict(x=A, split_dim=1, concat_dim=0, split_sizes=[2, 1, 1])] * 2 + [dict(x=A, split_dim=1, concat_dim=0, split_sizes=[1, 2, 1])]
+    _all(run("all_to_all", kwargs), "MismatchError", "split_sizes")
+
+
+def test_bool_dim_rejected():
+    _all(run("all_to_all", dict(x=A, split_dim=True, concat_dim=0)), "InvalidArgument", "bool")
+
+
+def test_zero_d_rejected():
+    _all(run("all_gather", dict(x=("array", ()), dim=0)), "InvalidArgument", "0-d")
+
+
+def test_gather_dst_out_of_range():
+    _all(run("gather", dict(x=A, dim=0, dst=3)), "InvalidArgument", "dst=3")
+
+
+def test_unknown_reduce_op_and_bad_dtype():
+    _all(run("reduce_scatter", dict(x=A, dim=0, op="median")), "InvalidArgument", "median")
+    _all(run("reduce_scatter", dict(x=("array", (6, 4), "bool"), dim=0, op="sum")), "UnsupportedDType", "bool")
+
+
+def test_different_collectives():
+    kwargs = [dict(x=A, split_dim=1, concat_dim=0)] * 3
+    results = rs.spawn(_mixed, 3, args=(kwargs,), timeout=60)
+    for kind, message in results:
+        assert kind == "MismatchError" and "all_gather" in message and "all_to_all" in message
+
+
+def _mixed(comm, kwargs):
+    if comm.rank == 1:
+        return call_op(comm, "all_gather", dict(x=A, dim=0))
+    return call_op(comm, "all_to_all", kwargs)
+
+
+def test_global_shape_disagrees_with_shards():
+    kwargs = dict(x=("array", (2, 6)), src=rs.Shard(0), dst=rs.Shard(1), global_shape=(7, 6))
+    _all(run("redistribute", kwargs), "InvalidArgument", "global_shape")
+
+
+def test_unbalanced_shards_rejected_by_redistribute():
+    kwargs = [dict(x=("array", (3, 4)), src=rs.Shard(0), dst=rs.Shard(1))] + [dict(x=("array", (1, 4)), src=rs.Shard(0), dst=rs.Shard(1))] * 2
+    _all(run("redistribute", kwargs), "MismatchError", "balanced")
+
+
+def test_not_an_array():
+    _all(run("all_to_all", dict(x=[1, 2, 3], split_dim=0, concat_dim=0)), "InvalidArgument", "numpy.ndarray")
+
+
+@pytest.mark.parametrize("op", ["all_to_all", "all_to_all_v", "all_reduce", "redistribute", "moe.dispatch",
+                                "async all_to_all"])
+@pytest.mark.parametrize("replay_first", [False, True])
+def test_a_rank_passing_no_communicator_raises_on_every_rank(op, replay_first):
+    """Rank 2 passes a string as comm: it runs the check on its process's communicator holding
+    the error (and never replays a plan made there), so the others raise too, naming it."""
+    results = rs.spawn(rank_fns.bad_comm_on_one_rank, 3, args=(op, replay_first), timeout=60)
+    for rank, seen in enumerate(results):
+        assert seen is not None and seen[0] == "InvalidArgument", (rank, seen)
+        assert "comm must be a reshard Comm" in seen[1] and "rank 2" in seen[1], (rank, seen)
