@@ -104,7 +104,9 @@ def test_the_tables_from_the_arrays_are_the_listing_of_every_pair(shape, n, data
     """``reshard plan``'s tables come from each step's arrays (``Step.pairs``); the per-pair listing
     (``transfers``, checked against numpy slices above) must give the same split table, traffic
     matrix, bytes per rank and memory."""
-    from reshard.planning.plan import plan_report, region_numel
+    import json
+
+    from reshard.planning.plan import plan_report, region_numel, report_json
 
     kinds = [*(f"S({d})" for d in range(len(shape))), "R", "P(sum)", "P(max)"]
     src, dst = data.draw(st.sampled_from(kinds)), data.draw(st.sampled_from(kinds))
@@ -113,6 +115,7 @@ def test_the_tables_from_the_arrays_are_the_listing_of_every_pair(shape, n, data
     listed = [{"src_rank": t.src, "dst_rank": t.dst, "region": [list(r) for r in t.region], "bytes": t.nbytes,
                "step": step.collective} for step in plan.steps for t in step.transfers]
     assert report["split_table"] == listed[:4096] and report["split_table_truncated"] == (len(listed) > 4096)
+    assert report_json(report) == json.dumps(report, indent=2)  # what `reshard plan --json` prints
     matrix = [[0] * n for _ in range(n)]
     received_all = [0] * n
     for t in plan.transfers:

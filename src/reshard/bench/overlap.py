@@ -223,5 +223,5 @@ def write_timeline(path: str, moe: dict[str, Any], where: str) -> None:
 
     tl = moe["timeline"]
     draw_timeline(path, tl["ranks"], tl["kinds"],
-                  f"One MoE layer step in {tl['chunks']} parts on {where}: {moe['tokens']:,} tokens of "
-                  f"{moe['hidden']} per rank, experts {moe['depth']} multiplies deep")
+                  f"One MoE layer step in {tl['chunks']} parts on {where}\n{moe['tokens']:,} tokens of "
+                  f"{moe['hidden']} float32 per rank, top-2 of 8 experts, each {moe['depth']} multiplies deep")

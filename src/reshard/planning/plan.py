@@ -438,6 +438,30 @@ def plan_report(plan: Plan) -> dict:
     }
 
 
+def report_json(report: dict) -> str:
+    """``json.dumps(report, indent=2)``, character for character, with the split table's rows
+    written from one template each (json's indented encoder, written in Python, took most of
+    ``reshard plan --json``'s time on thousands of rows)."""
+    import json
+
+    rows = report.get("split_table")
+    if not rows:
+        return json.dumps(report, indent=2)
+    marker = "\x00split table\x00"
+    text = json.dumps({**report, "split_table": marker}, indent=2)
+    body = ",\n".join(_row_json(row) for row in rows)
+    return text.replace(json.dumps(marker), "[\n" + body + "\n  ]", 1)
+
+
+def _row_json(row: dict) -> str:
+    import json
+
+    region = ",\n".join(f"        [\n          {a},\n          {b}\n        ]" for a, b in row["region"])
+    region = f"[\n{region}\n      ]" if row["region"] else "[]"
+    return (f'    {{\n      "src_rank": {row["src_rank"]},\n      "dst_rank": {row["dst_rank"]},\n      "region": {region},\n'
+            f'      "bytes": {row["bytes"]},\n      "step": {json.dumps(row["step"])}\n    }}')
+
+
 def _step_report(plan: Plan, step: CollectiveStep) -> dict:
     sent, received = plan.step_bytes(step)
     return {

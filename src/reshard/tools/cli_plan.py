@@ -106,8 +106,7 @@ def _plan_moe(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..planning.layout import parse_placements
-    from ..planning.plan import ITEMSIZE, estimate_seconds, make_plan, plan_report
-    from ..viz.terminal import render_mesh_plan, render_plan
+    from ..planning.plan import ITEMSIZE, estimate_seconds, make_plan, plan_report, report_json
 
     if args.moe:
         return _plan_moe(args)
@@ -127,8 +126,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             report = plan_report(plan)
             report["time_estimate_s"] = estimate_seconds(plan, args.alpha, args.beta)
             report["cost_model"] = {"alpha_s": args.alpha, "beta_s_per_byte": args.beta}
-            print(json.dumps(report, indent=2))
+            print(report_json(report))
         else:
+            from ..viz.terminal import render_plan
+
             render_plan(make_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
         return 0
     from ..planning.mesh_plan import plan_summary
@@ -149,6 +150,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     step[key.replace("per_rank", "summary")] = {"min": min(v), "max": max(v), "total": sum(v)}
         print(json.dumps(report, indent=2))
     else:
+        from ..viz.terminal import render_mesh_plan
+
         render_mesh_plan(make_console(), report, args.lang)
     return 0
 
