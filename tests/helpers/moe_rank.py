@@ -422,3 +422,24 @@ def pipeline_rank_dies(comm: rs.Comm, victim: int) -> None:
         return rows * 2
 
     rs.moe.pipeline(tokens, ids, [expert, expert], weights, chunks=4)
+
+
+def phase_spans(comm: rs.Comm) -> tuple[list, list, float, float]:
+    """Dispatch and combine on two hosts of two ranks (consecutive ranks, as a launcher groups
+    them) while listening to the phases, then once more without: (spans, the spans the second
+    call left, start, end)."""
+    import time
+
+    from reshard.execution import phases
+
+    comm.hosts, comm.hosts_mesh = [0, 0, 1, 1], None
+    tokens, ids = two_level_inputs(comm.size, comm.rank)
+    with phases.listening() as spans:
+        start = time.perf_counter()
+        inputs, handle = rs.moe.dispatch(tokens, ids, 2 * comm.size, algorithm="hierarchical")
+        rs.moe.combine(inputs, handle)
+        end = time.perf_counter()
+    with phases.listening() as later:
+        pass
+    rs.moe.combine(*rs.moe.dispatch(tokens, ids, 2 * comm.size, algorithm="hierarchical"))
+    return spans, later, start, end

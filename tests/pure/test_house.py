@@ -21,7 +21,7 @@ LAYERS = [
     ["planning.planner"],
     ["planning"],
     ["tools.rank_report"],
-    ["execution.stats", "execution.activity", "execution.handles"],
+    ["execution.stats", "execution.activity", "execution.handles", "execution.phases"],
     ["execution.buffers", "execution.agreement", "execution.replay_cache", "validate"],
     ["execution.pieces"],
     ["engines.base", "engines.available", "engines.shm_notes"],

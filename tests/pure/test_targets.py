@@ -107,3 +107,25 @@ def test_cli_writes_the_verdicts(calls, monkeypatch, tmp_path, capsys):
     beyond = sum(not t["reachable"] for t in data["targets"])
     assert beyond == 3  # check on at 16 MiB on 2, 3 and 4 ranks: the stub's round costs 80% of the bare call
     assert f"{met} of {len(data['targets'])} met; {beyond} out of reach" in printed
+
+
+def test_the_phase_table_adds_up_the_spans_not_inside_another():
+    """``reshard.bench.overlap.phase_table`` on spans chosen here: a span inside another counts
+    once, other threads' spans are not the main thread's, and a message's link time is its host's
+    bytes that way over the rate."""
+    from reshard.bench.overlap import phase_table
+
+    def run(spans, start=10.0, end=12.0):
+        return [{"start": start, "end": end, "algorithm": "hierarchical", "spans": spans}]
+
+    across = "reshard moe.dispatch (across hosts)"
+    rank0 = run([["check", "MainThread", 10.0, 10.25, 0], ["moe.dispatch (inside the host)", "MainThread", 10.25, 10.75, 0],
+                 ["message to rank 1", "MainThread", 10.3, 10.7, 4096],  # inside the exchange above: not again
+                 ["wait for the rows across", "MainThread", 10.75, 11.5, 0],
+                 ["message to rank 1", across, 10.25, 11.5, 3_000_000]])
+    rank1 = run([["message to rank 0", across, 10.25, 11.5, 1_000_000]])
+    text = phase_table({"hosts": [0, 0], "ranks": [rank0, rank1]}, link_bytes_per_s=2_000_000)
+    assert "took 2.000 s; the phases on its main thread add up to 1.500 s (75%)" in text
+    assert "| check | 0.250 |" in text and "| moe.dispatch (inside the host) | 0.500 |" in text
+    assert "| wait for the rows across | 0.750 |" in text
+    assert "| moe.dispatch (across hosts): message to rank 1 | 3,000,000 | 1.250 | 2.000 |" in text  # 4 MB at 2 MB/s

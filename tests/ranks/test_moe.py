@@ -4,6 +4,7 @@ input, and gradients of every differentiable op against a one-process reference.
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
 import sys
 
@@ -244,3 +245,24 @@ def test_a_rank_killed_while_two_exchanges_travel_ends_in_rank_failed():
         rs.spawn(moe_rank.pipeline_rank_dies, 4, engine="gloo", args=(2,), timeout=60)
     assert "rank 2" in str(failed.value), str(failed.value)
     assert rank_processes() == [], "rank processes outlived the job"
+
+
+def test_the_phases_of_a_two_level_step_are_recorded_where_someone_listens():
+    """Every phase lies inside the step, on the main thread or the exchange across the hosts;
+    the checks, the counts, the exchanges, the packs and sums are there, and each message to the
+    other host names its bytes; after the listening ends nothing more is recorded."""
+    os.environ["RESHARD_SHM"] = "0"  # every message as gloo's own, as between hosts
+    try:
+        per_rank = rs.spawn(moe_rank.phase_spans, 4, engine="gloo", timeout=120)
+    finally:
+        del os.environ["RESHARD_SHM"]
+    for rank, (spans, later, start, end) in enumerate(per_rank):
+        names = {name for name, *_ in spans}
+        assert {"check", "moe.dispatch (counts)", "moe.dispatch (inside the host)", "moe.combine (inside the host)",
+                "pack rows", "sums", "join", "wait for the rows across"} <= names, (rank, sorted(names))
+        assert all(start <= a <= b <= end for _, _, a, b, _ in spans), rank
+        threads = {s[1] for s in spans}
+        assert "MainThread" in threads and any(t.endswith("(across hosts)") for t in threads), (rank, threads)
+        across = [s for s in spans if s[0].startswith("message to rank") and s[1].endswith("(across hosts)")]
+        assert across and all(nbytes > 0 for *_, nbytes in across), (rank, across)
+        assert later == [], rank

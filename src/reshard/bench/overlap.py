@@ -225,3 +225,76 @@ def write_timeline(path: str, moe: dict[str, Any], where: str) -> None:
     draw_timeline(path, tl["ranks"], tl["kinds"],
                   f"One MoE layer step in {tl['chunks']} parts on {where}\n{moe['tokens']:,} tokens of "
                   f"{moe['hidden']} float32 per rank, top-2 of 8 experts, each {moe['depth']} multiplies deep")
+
+
+def moe_phases_job(comm: Any, tokens: int, hidden: int = 1024, repeats: int = 3) -> dict[str, Any]:
+    """Where the time of a MoE layer's exchanges goes: dispatch then combine (experts that compute
+    nothing) on this rank's main thread, ``repeats`` times, each with every phase recorded
+    (``reshard.execution.phases``): the checks, the small exchanges, each exchange of rows, the
+    packs, joins and sums, the waits for rows on their way across, and on the thread of the
+    exchange across the hosts, each message from posted to done. Every rank's spans, on rank 0."""
+    import json
+
+    from .. import moe as rs_moe
+    from ..execution import phases
+
+    tok, ids, weights = _layer_inputs(comm, tokens, hidden)
+    inputs, handle = rs_moe.dispatch(tok, ids, 8, comm=comm)  # warm: plans, buffers, the host mesh
+    rs_moe.combine(inputs, handle, weights)
+    runs = []
+    for _ in range(repeats):
+        comm.barrier()
+        with phases.listening() as spans:
+            start = time.perf_counter()
+            inputs, handle = rs_moe.dispatch(tok, ids, 8, comm=comm)
+            rs_moe.combine(inputs, handle, weights)
+            end = time.perf_counter()
+        runs.append({"start": start, "end": end, "spans": spans, "algorithm": handle.algorithm})
+    mine = np.frombuffer(json.dumps(runs).encode(), dtype=np.uint8)  # JSON: nothing unpickled
+    sizes = comm.primitives.allgather_bytes(np.array([mine.size], dtype=np.int64).view(np.uint8), "phases (sizes)")
+    longest = int(sizes.view(np.int64).max())
+    padded = np.zeros(longest, dtype=np.uint8)
+    padded[: mine.size] = mine
+    everyone = comm.primitives.allgather_bytes(padded, "phases")
+    lengths = sizes.view(np.int64).reshape(-1)
+    return {"tokens": tokens, "hidden": hidden, "hosts": list(comm.hosts),
+            "ranks": [json.loads(bytes(everyone[r][: int(lengths[r])]).decode()) for r in range(comm.size)]}
+
+
+def phase_table(result: dict[str, Any], link_bytes_per_s: float | None = None) -> str:
+    """Per rank, the median run's phases on the main thread (each span not inside another, added
+    up against the measured total), and the messages between hosts against the link's rate: a
+    host's ranks send theirs at once, so a message's share is the bytes its host sends that way
+    in that exchange over the rate."""
+    lines = []
+    medians = [sorted(runs, key=lambda u: u["end"] - u["start"])[len(runs) // 2] for runs in result["ranks"]]
+    hosts = result.get("hosts", list(range(len(medians))))
+    host_bytes: dict[tuple[int, str], int] = {}  # (host, exchange) -> bytes its ranks send across
+    for r, run in enumerate(medians):
+        for name, thread, _, _, nbytes in run["spans"]:
+            if name.startswith("message to") and thread != "MainThread":
+                host_bytes[hosts[r], thread] = host_bytes.get((hosts[r], thread), 0) + nbytes
+    for r, run in enumerate(medians):
+        total = run["end"] - run["start"]
+        main = sorted((s for s in run["spans"] if s[1] == "MainThread"), key=lambda s: (s[2], -s[3]))
+        top, reach = [], -1.0
+        for span in main:  # the spans not inside another: they do not overlap
+            if span[3] > reach:
+                top.append(span)
+                reach = span[3]
+        by_name: dict[str, float] = {}
+        for name, _, a, b, _ in top:
+            by_name[name] = by_name.get(name, 0.0) + (b - a)
+        accounted = sum(by_name.values())
+        lines += ["", f"rank {r}: dispatch + combine ({run['algorithm']}) took {total:.3f} s; the phases on its main thread "
+                  f"add up to {accounted:.3f} s ({accounted / total:.0%})", "", "| phase (main thread) | seconds |", "|---|---|"]
+        lines += [f"| {name} | {t:.3f} |" for name, t in sorted(by_name.items(), key=lambda kv: -kv[1])]
+        wire = [s for s in run["spans"] if s[0].startswith("message to") and s[4] > 0 and s[1] != "MainThread"]
+        if wire:
+            lines += ["", "| message to the other host (its own thread) | bytes | seconds posted -> done |"
+                      + (" its host's bytes that way at the link's rate |" if link_bytes_per_s else ""),
+                      "|---|---|---|" + ("---|" if link_bytes_per_s else "")]
+            for name, thread, a, b, nbytes in wire:
+                rate = f" {host_bytes[hosts[r], thread] / link_bytes_per_s:.3f} |" if link_bytes_per_s else ""
+                lines.append(f"| {thread.removeprefix('reshard ')}: {name} | {nbytes:,} | {b - a:.3f} |{rate}")
+    return "\n".join(lines)

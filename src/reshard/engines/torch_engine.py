@@ -6,6 +6,7 @@ import contextlib
 import datetime
 import gc
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import CommTimeout, RankFailed
+from ..execution import phases
 from ..execution.arrays import array_backend
 from ..execution.pieces import exchange_packed, pack
 from ..planning.steps import AllToAll
@@ -190,6 +192,7 @@ class TorchEngine:
         mailbox = local.mailbox if local is not None else None
         try:  # no context manager here: this path is per call, and entering one is not free
             works, notes, acks, incoming, outgoing = [], [], [], [], []
+            labels: list | None = [] if phases.on() else None  # (index in works, name, bytes, posted) per message
             for peer, buf in recvs:
                 if local is not None and local.reaches(peer, buf.numel() * buf.element_size()):
                     if mailbox is not None:
@@ -199,6 +202,9 @@ class TorchEngine:
                     notes.append((peer, as_bytes(buf), note, group.recv([note], peer, NOTE_TAG)))
                 else:
                     works.append(group.recv([buf], peer, PAIR_TAG))
+                    if labels is not None:
+                        labels.append((len(works) - 1, f"message from rank {peer}",
+                                       buf.numel() * buf.element_size(), time.perf_counter()))
             for peer, buf in sends:
                 if local is not None and local.reaches(peer, buf.numel() * buf.element_size()):
                     # where the message lies in the outbox; the peer reads it and says so
@@ -214,6 +220,9 @@ class TorchEngine:
                     acks.append((peer, ack, group.recv([ack], peer, ACK_TAG)))
                 else:
                     works.append(group.send([buf], peer, PAIR_TAG))
+                    if labels is not None:
+                        labels.append((len(works) - 1, f"message to rank {peer}",
+                                       buf.numel() * buf.element_size(), time.perf_counter()))
             failed = mailbox.settle(incoming, outgoing, local.read, what) if incoming or outgoing else None
             for peer, buf, note, work in notes:
                 work.wait()
@@ -228,6 +237,12 @@ class TorchEngine:
                 work.wait()
                 if ack[0].item():
                     failed = failed or f"rank {peer} could not read this rank's message"
+            if labels is not None:  # each message from posted to done, for the phase accounting
+                for at, name, nbytes, posted in labels:
+                    works[at].wait()
+                    phases.note(name, posted, time.perf_counter(), nbytes)
+                waited = {at for at, *_ in labels}  # a gloo work waited twice waits forever
+                works = [work for at, work in enumerate(works) if at not in waited]
             for work in works:
                 work.wait()
         except _ENGINE_FAILURES as exc:

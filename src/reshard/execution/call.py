@@ -29,7 +29,7 @@ import numpy as np
 
 from ..comm import Comm, current, current_or_none
 from ..errors import InvalidArgument, MismatchError, ReshardError
-from . import agreement, handles
+from . import agreement, handles, phases
 from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
 from .hot_replay import MISS, HotReplay, ReplayState, plain_key, replay_hot
 from .stats import ExchangeStats, Tally, set_last
@@ -355,6 +355,13 @@ class Call:
         ``extra`` (int64 values, the same count on every rank) travels in the same exchange;
         every rank's row of it lands in ``self.extra_gathered``.
         """
+        if phases.on():
+            with phases.phase("check"):
+                return self._agree(free_dims, need_shapes, per_rank_splits, prepare, extra)
+        return self._agree(free_dims, need_shapes, per_rank_splits, prepare, extra)
+
+    def _agree(self, free_dims: Sequence[int], need_shapes: bool, per_rank_splits: bool, prepare: Any,
+               extra: Any) -> list[tuple[int, ...]]:
         if self.check and not self.voted:  # a call that cannot replay still votes: the ops line up
             self._count(self.primitives.allreduce_max(self._ballot(0), f"{self.op} (check)"))
         raw = agreement.encode(self.record, self.size)

@@ -27,7 +27,7 @@ from ..planning.steps import (
     Reorder,
     Step,
 )
-from . import step_bodies
+from . import phases, step_bodies
 from .call import Call, wants_grad
 from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
 
@@ -223,7 +223,8 @@ def run(call: Call, x: Array, plan: RankPlan, backward: Any = None, sub: Any = N
     gives the plan back, or a function of the gradient), keep the run for the next call with
     the same signature, and return the result."""
     run = PlanRun(call, call.x, plan, sub, mesh_shape=mesh_shape)
-    out = run(call, call.x, call.prepared)
+    with phases.phase(call.op):
+        out = run(call, call.x, call.prepared)
     grad = None
     if backward is not None:
         grad = _grad(call.comm, backward, sub, mesh_shape)

@@ -27,7 +27,7 @@ import numpy as np
 from .. import validate
 from ..comm import Comm
 from ..errors import InvalidArgument, UnsupportedDType
-from ..execution import execute, handles
+from ..execution import execute, handles, phases
 from ..execution.arrays import is_numpy, is_torch
 from ..execution.call import Call, run_started
 from ..mesh import Mesh
@@ -204,7 +204,8 @@ def _routed_counts(call: Call, expert_of_pair: np.ndarray, routable: np.ndarray,
 
 def _gathered(call: Call, own: np.ndarray, what: str) -> np.ndarray:
     """``[N, len(own)]``: every rank's int64 ``own``, from one all-gather."""
-    gathered = call.primitives.allgather_bytes(np.ascontiguousarray(own, dtype=np.int64).view(np.uint8), what)
+    with phases.phase(what):
+        gathered = call.primitives.allgather_bytes(np.ascontiguousarray(own, dtype=np.int64).view(np.uint8), what)
     call.checks += 1
     return gathered.view(np.int64).reshape(call.size, own.size)
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..comm import Comm
-from ..execution import execute
+from ..execution import execute, phases
 from ..execution.arrays import array_backend, is_torch
 from ..execution.call import Call
 from ..execution.stats import ExchangeStats
@@ -29,6 +29,7 @@ def index_for(like: Array, idx: np.ndarray) -> Any:
     return idx
 
 
+@phases.timed("pack rows")
 def take_rows(a: Array, idx: np.ndarray) -> Array:
     """``a[idx]`` along dim 0, with ``index_select`` (advanced indexing walks element by element,
     several times slower). Off the autograd tape the rows land in a buffer from the array

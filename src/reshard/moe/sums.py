@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..execution import phases
 from ..execution.arrays import array_backend, is_torch
 
 Array = Any
@@ -109,6 +110,7 @@ def sum_slots_int(slots: Array, weights: Array | None) -> Array:
     return acc.astype(slots.dtype)
 
 
+@phases.timed("sums")
 def host_sums(back: Array, pair_at: np.ndarray, top_k: int, held: int, weights: Array | None) -> Array:
     """The forwarder's part of combine: ``[R, *F]``, for each row it forwarded, the sum over
     its slots on this host of ``weights[row, j] * out(row, j)`` in slot order (``back``: the
@@ -201,6 +203,7 @@ def _host_sums_in_place(back: Array, as_tensor: Any, rows: np.ndarray, slot: np.
     return result.numpy() if as_tensor is not None else result
 
 
+@phases.timed("sums")
 def sum_over_hosts(blocks: Sequence[tuple[Array, np.ndarray]], num_tokens: int) -> Array:
     """``[T, *F]``: each token's rows added in host order. ``blocks``: one (rows ``[R_h, *F]``,
     their tokens ``[R_h]``, distinct) per host, in host order. A token's first row is copied, the

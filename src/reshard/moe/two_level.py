@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..comm import Comm
-from ..execution import execute
+from ..execution import execute, phases
 from ..execution.arrays import is_torch
 from ..mesh import Mesh
 from . import host_routes, sums
@@ -62,7 +62,8 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
         received_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
                                   take_rows(tokens, own_tokens[own_pairs // top_k]), own_send, inside_recv[0],
                                   "moe.dispatch (inside the host)")
-        arrived, stats = finish()
+        with phases.phase("wait for the rows across"):
+            arrived, stats = finish()
     parts.append(("all_to_all_v (across hosts)", stats))
     other_pairs, other_send = host_routes.forward_pairs(routed[other], mesh_shape[1], per_rank)
     received = _exchanged(parts, "all_to_all_v (inside the host, other hosts' tokens)", inside,
@@ -103,7 +104,8 @@ def combine(expert_outputs: Array, routes: host_routes.HostRoutes, num_tokens: i
                               _in_arrival(expert_outputs, routes.blocks, 0), routes.inside_recv[0],
                               routes.inside_send[0], "moe.combine (inside the host)")
         partial_own = sums.host_sums(back_own, routes.pair_at[0], top_k, routes.held[0], w_own)
-        home, stats = finish()
+        with phases.phase("wait for the rows across"):
+            home, stats = finish()
     parts.append(("all_to_all_v (across hosts)", stats))
     blocks, at = [], 0
     for h, tokens in enumerate(routes.tokens_by_host()):
@@ -124,6 +126,7 @@ def _in_arrival(expert_outputs: Array, blocks: np.ndarray, part: int) -> Array:
     return _joined([expert_outputs[e : e + n] for _, _, e, n in mine.tolist()], expert_outputs)
 
 
+@phases.timed("join")
 def _joined(runs: list[Array], like: Array) -> Array:
     """The runs (row ranges of arrays like ``like``) one after another, in one pass (on the
     autograd tape where they are); no runs: no rows."""
