@@ -258,7 +258,7 @@ SILENT = textwrap.dedent(
         if how == "returns":
             comm.close()
             sys.exit(0)
-        time.sleep(20)
+        time.sleep(12)  # past the others' limit for naming it (the timeout and 2 s)
         said = "slept"
     else:
         try:
