@@ -227,17 +227,22 @@ def test_row_to_column_exchange_across_two_hosts(two_hosts, tmp_path):
         outcome = (tmp_path / f"gone{r}").read_text()
         assert outcome.startswith("RankFailed") and "rank 3 gone" in outcome, (r, outcome)
 
-    # each host's ranks counted what they sent across: the veth's own counter agrees within 5%
-    # (TCP/IP and gloo's framing aside); the two-level form sends one message per remote host
+    # each host's ranks counted what they sent across: the veth's own counter carries that and
+    # its framing, at most 8% more (TCP/IP headers are up to 66 bytes per 1,448 of payload at the
+    # veth's 1,500-byte MTU, 4.6%, where the kernel does not merge segments; gloo's framing and the
+    # checks' small messages add a little); the two-level form sends one message per remote host
+    def carried(on_link, counted):
+        return -0.01 < on_link / counted - 1 < 0.08
+
     for r in range(4):
         link = ast.literal_eval((tmp_path / f"link{r}").read_text())
-        # MoE top-2: the two-level path counts fewer bytes across, and the link agrees (within 5%)
+        # MoE top-2: the two-level path counts fewer bytes across, and the link agrees
         (flat_counted, flat_link), (two_counted, two_link) = link.pop("moe")
-        assert abs(flat_link / flat_counted - 1) < 0.05 and abs(two_link / two_counted - 1) < 0.05, link
+        assert carried(flat_link, flat_counted) and carried(two_link, two_counted), link
         assert two_counted < 0.9 * flat_counted, (two_counted, flat_counted)
         for algorithm, (planned, on_link, messages) in link.items():
             assert planned == 2 * 2 * (1 << 20), (r, algorithm, planned)  # 2 ranks x 2 remote peers x 1 MiB
-            assert abs(on_link / planned - 1) < 0.05, (r, algorithm, planned, on_link)
+            assert carried(on_link, planned), (r, algorithm, planned, on_link)
             assert messages == (2 if algorithm == "flat" else 1), (r, algorithm, messages)
 
 
