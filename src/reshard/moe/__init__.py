@@ -211,13 +211,10 @@ def _gathered(call: Call, own: np.ndarray, what: str) -> np.ndarray:
 
 
 def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None, capacity: int | None,
-              check: bool | None, routable: np.ndarray | None, algorithm: str = "auto",
-              known: np.ndarray | None = None) -> tuple[Array, MoEHandle]:
+              check: bool | None, routable: np.ndarray | None, algorithm: str = "auto") -> tuple[Array, MoEHandle]:
     """``dispatch``; ``routable`` (bool ``[T * k]``, or None for all) marks the pairs that may
     travel: the others are dropped before any count (a pipeline's chunk, whose drops were
-    decided on the whole batch). ``known``: int64 ``[N, E (+ H)]``, every rank's routable pairs
-    per expert (and rows per host, on several hosts), gathered by a pipeline that agreed on its
-    arguments already: this part then needs neither the agreement nor the counts' exchanges."""
+    decided on the whole batch)."""
     call = Call("moe.dispatch", tokens, comm, check, ("num_experts", "top_k", "capacity", "algorithm"))
     comm_ = call.comm
     n, rank = call.size, call.rank
@@ -228,16 +225,14 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     call.arg_text = ARG_TEXT
     # The records first, check on or off (their sizes agree whatever the input: the counts'
     # do only once num_experts does), then every rank's count per expert.
-    if known is None:
-        call.agree(free_dims=(0,), need_shapes=False)  # raises on every rank if any rank's input is wrong
+    call.agree(free_dims=(0,), need_shapes=False)  # raises on every rank if any rank's input is wrong
     experts, cap, ids = checked
     per_rank = experts // n
     num_tokens, top_k = ids.shape
     expert_of_pair = ids.reshape(-1)
     if routable is None:
         routable = np.ones(expert_of_pair.size, dtype=bool)
-    counts = (_routed_counts(call, expert_of_pair, routable, experts, "moe.dispatch (counts)") if known is None
-              else known[:, :experts])
+    counts = _routed_counts(call, expert_of_pair, routable, experts, "moe.dispatch (counts)")
     send_rows, dropped_pairs, kept_counts = _routes(expert_of_pair, routable, counts, cap, rank, per_rank)
     kept = np.ones(num_tokens * top_k, dtype=bool)
     kept[dropped_pairs] = False
@@ -245,8 +240,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     if algorithm != "flat" and hosts_count > 1 or algorithm == "hierarchical":
         mesh_shape = validate.hosts_mesh_shape(comm_.hosts)
         on_host = host_routes.host_rows(ids, kept.reshape(num_tokens, top_k), per_rank * mesh_shape[1], mesh_shape[0])
-        rows_to_host = (_gathered(call, on_host.sum(axis=0).astype(np.int64), "moe.dispatch (rows per host)")
-                        if known is None else known[:, experts:])
+        rows_to_host = _gathered(call, on_host.sum(axis=0).astype(np.int64), "moe.dispatch (rows per host)")
         if algorithm == "hierarchical" or host_routes.cheaper(kept_counts, rows_to_host, mesh_shape, per_rank,
                                                           host_routes.row_bytes(tokens)):
             algorithm = "hierarchical"
@@ -384,15 +378,13 @@ def pipeline(
     if cap is not None:  # the drops of the whole batch, decided once
         counts = _routed_counts(call, pairs, routable, num_experts, "moe.pipeline (counts)")
         routable[_routes(pairs, routable, counts, cap, call.rank, num_experts // call.size)[1]] = False
+    execute.finish(call, None)
     top_k = ids.shape[1]
     bounds = offsets(shard_sizes(ids.shape[0], parts)) + [ids.shape[0]]
-    known = _part_counts(call, ids, routable, num_experts, bounds)
-    execute.finish(call, None)
     lane = _combine_lane(comm_) if parts > 1 and may_overlap(comm_, tokens) else None  # before any is started
     started = [
-        run_started("moe.dispatch", _timed(timeline, "dispatch", part, lambda a=a, b=b, part=part: _dispatch(
-            tokens[a:b], ids[a:b], num_experts, comm_, None, check, routable[a * top_k : b * top_k], algorithm,
-            known[:, part])), comm_)
+        run_started("moe.dispatch", _timed(timeline, "dispatch", part, lambda a=a, b=b: _dispatch(
+            tokens[a:b], ids[a:b], num_experts, comm_, None, check, routable[a * top_k : b * top_k], algorithm)), comm_)
         for part, (a, b) in enumerate(zip(bounds, bounds[1:]))
     ]
     combined = []
@@ -406,25 +398,6 @@ def pipeline(
                                                           lambda o=outputs, h=on, w=w: combine(o, h, w, check=check)),
                                     on.comm, lane=lane))
     return _concat([h.wait() for h in combined])
-
-
-def _part_counts(call: Call, ids: np.ndarray, routable: np.ndarray, num_experts: int, bounds: list[int]) -> np.ndarray:
-    """int64 ``[N, parts, E + H]``: every rank's routable pairs per expert in each part and, on
-    several hosts, its rows to each host (a token once per host it has a slot on), from one
-    all-gather: each part's dispatch then exchanges only its rows."""
-    hosts = call.comm.hosts
-    host_count = max(hosts) + 1
-    top_k = ids.shape[1]
-    per_host = num_experts // call.size * validate.hosts_mesh_shape(hosts)[1] if host_count > 1 else 0
-    rows = []
-    for a, b in zip(bounds, bounds[1:]):
-        pairs, part_routable = ids[a:b].reshape(-1), routable[a * top_k : b * top_k]
-        row = [np.bincount(pairs[part_routable], minlength=num_experts)[:num_experts]]
-        if host_count > 1:
-            row.append(host_routes.host_rows(ids[a:b], part_routable.reshape(b - a, top_k), per_host, host_count).sum(axis=0))
-        rows.append(np.concatenate(row).astype(np.int64))
-    own = np.stack(rows)
-    return _gathered(call, own.reshape(-1), "moe.pipeline (counts per part)").reshape(call.size, *own.shape)
 
 
 def _timed(timeline: list | None, what: str, part: int, run: Callable[[], Any]) -> Callable[[], Any]:
