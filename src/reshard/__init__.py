@@ -19,7 +19,7 @@ from .errors import (
     UnsupportedDType,
 )
 from .planning import layout, plan
-from .planning.layout import Partial, Replicate, Shard, local_shard, parse_placement, parse_placements, shard_sizes
+from .planning.layout import Partial, Replicate, Shard, Spec, local_shard, parse_placement, parse_placements, shard_sizes
 from .version import VERSION
 
 __version__ = VERSION
@@ -38,7 +38,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "Shard", "Replicate", "Partial", "shard_sizes", "local_shard", "parse_placement", "parse_placements",
+    "Shard", "Replicate", "Partial", "Spec", "shard_sizes", "local_shard", "parse_placement", "parse_placements",
     "ReshardError", "InvalidArgument", "UnsupportedDType", "MismatchError", "RankFailed", "CommTimeout",
     "MissingDependency", "plan",
     *_LAZY,

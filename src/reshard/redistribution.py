@@ -8,6 +8,7 @@ changed on its own device mesh with DTensor's split rule, and wrapped again.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from . import validate
@@ -18,7 +19,17 @@ from .execution.call import Call, refuse, replay_or_new, wants_grad
 from .execution.hot_replay import MISS, replay_hot
 from .mesh import Mesh
 from .planning import planner
-from .planning.layout import Partial, Shard, global_shape_of, mesh_region, parse_placements, unravel
+from .planning.layout import (
+    Partial,
+    Shard,
+    global_shape_of,
+    layout_text,
+    mesh_region,
+    orders_of,
+    parse_placements,
+    unravel,
+    with_order,
+)
 
 Array = Any
 
@@ -39,8 +50,7 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
         replayed = replay_hot("redistribute", x, comm if world else mesh.comm, check, hot)
         if replayed is not MISS:
             return replayed
-    key = hot if world else (tuple(parse_placements(src)), tuple(parse_placements(dst)),
-                                  global_shape, mesh.shape, rule)
+    key = hot if world else (_key_placements(src, mesh), _key_placements(dst, mesh), global_shape, mesh.shape, rule)
     replayed, call = replay_or_new("redistribute", x, comm if world else mesh.comm, check, key,
                            ("src", "dst") if world else ("src", "dst", "mesh"), hot)
     if call is None:
@@ -48,7 +58,7 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
     mesh_shape = (call.size,) if world else mesh.shape
     coord = (call.rank,) if world else mesh.coord
     args = call.validate(validate.redistribute, src, dst, mesh_shape, coord, global_shape, rule, world,
-                         need_dims=False)  # a 0-d x is refused where a placement names a dim
+                         None if world else mesh.names, need_dims=False)  # a 0-d x is refused where a placement names a dim
     if args is not None:
         call.record.args = args.code(mesh_shape, rule)
         call.record.global_shape = args.global_shape
@@ -71,7 +81,8 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
     run = execute.PlanRun(call, call.x, plan, sub, mesh_shape=mesh_shape)
     out = run(call, call.x, call.prepared)
     back = [planner.backward_placements(a, b) for a, b in zip(args.src, args.dst)]
-    back_src, back_dst = tuple(b[0] for b in back), tuple(b[1] for b in back)
+    back_src = with_order([b[0] for b in back], orders_of(args.dst))  # the Shards stay: so do their orders
+    back_dst = with_order([b[1] for b in back], orders_of(args.src))
 
     def grad(k: Call, x: Array, out: Array) -> Array:
         from .execution import autograd
@@ -89,6 +100,15 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
         out = grad(call, x, out)
     call.remember(run, grad, run.prepare)
     return call.result(out)
+
+
+def _key_placements(placements: Any, mesh: Mesh) -> Any:
+    """What a call is kept by: the placements as parsed (a Spec by the placements it names on
+    this mesh), or the argument itself where it cannot be read (validation reports it)."""
+    try:
+        return parse_placements(placements, len(mesh.shape), mesh.names)
+    except ReshardError:
+        return ("unreadable", repr(placements))
 
 
 def _wants(gshape: tuple, src: tuple, mesh_shape: tuple) -> list[tuple[int, ...]]:
@@ -129,26 +149,64 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
     if mesh is None or mesh[0] is not device_mesh:
         mesh = (device_mesh, Mesh.from_torch(device_mesh))
         _MESHES[id(device_mesh)] = mesh
-    src = parse_placements(x.placements)
+    mesh_shape, names = tuple(mesh[1].shape), mesh[1].names
+    try:
+        src = _dtensor_layout(x, mesh_shape)
+    except ReshardError as exc:
+        refuse("redistribute", x.to_local(), mesh[1].comm, check, exc)
     if given_src is not None:
         try:
-            said = parse_placements(given_src)
+            said = parse_placements(given_src, len(mesh_shape), names)
         except ReshardError as exc:
             said = exc
         if said != src:
-            shown = given_src if isinstance(said, ReshardError) else _placements_text(said)
+            shown = given_src if isinstance(said, ReshardError) else layout_text(said)
             refuse("redistribute", x.to_local(), mesh[1].comm, check, InvalidArgument(
                 f"rank {mesh[1].comm.rank}: redistribute: src={shown} contradicts the DTensor's own placements "
-                f"{_placements_text(src)}; leave src out (a DTensor carries its layout) or pass its placements"))
-    d_pl = parse_placements(dst)
+                f"{layout_text(src)}; leave src out (a DTensor carries its layout) or pass its placements"))
+    d_pl = parse_placements(dst, len(mesh_shape), names)
     out = redistribute(x.to_local(), src, d_pl, None, mesh[1], tuple(x.shape), check, rule="chunk")
     placements = [TorchShard(p.dim) if isinstance(p, Shard) else TorchPartial(p.op) if isinstance(p, Partial)
                   else TorchReplicate() for p in d_pl]
+    for d, dims in orders_of(d_pl):  # DTensor's own form of an order: _StridedShard's split factors
+        from torch.distributed.tensor.placement_types import _StridedShard
+
+        for i, m in enumerate(dims):
+            factor = math.prod(mesh_shape[j] for j in dims[:i] if j > m)
+            if factor > 1:
+                placements[m] = _StridedShard(d, split_factor=factor)
     return DTensor.from_local(out, device_mesh, placements, run_check=False, shape=x.shape, stride=x.stride())
 
 
-def _placements_text(placements: Any) -> str:
-    return "(" + ", ".join(map(repr, placements)) + ("," if len(placements) == 1 else "") + ")"
+def _dtensor_layout(x: Any, mesh_shape: tuple[int, ...]) -> tuple:
+    """A DTensor's layout as ours: its placements, with the order in which mesh dims split a
+    tensor dim read from ``_StridedShard`` split factors (or its spec's ``shard_order``)."""
+    plain, factors = [], {}
+    for m, p in enumerate(x.placements):
+        if type(p).__name__ == "_StridedShard":
+            plain.append(Shard(int(p.dim)))
+            factors[m] = int(p.split_factor)
+        else:
+            plain.append(parse_placements([p])[0])
+    if not factors:
+        given = getattr(getattr(x, "_spec", None), "shard_order", None) or ()
+        return with_order(plain, [(int(e.tensor_dim), tuple(int(m) for m in e.mesh_dims)) for e in given])
+    order: dict[int, list[int]] = {}
+    for m in reversed(range(len(plain))):  # DTensor's decoding: each split factor places its mesh dim
+        p = plain[m]
+        if not isinstance(p, Shard):
+            continue
+        dims = order.setdefault(p.dim, [])
+        want = factors.get(m, 1)
+        for at in range(len(dims) + 1):
+            if math.prod(mesh_shape[j] for j in dims[:at]) == want:
+                dims.insert(at, m)
+                break
+        else:
+            raise InvalidArgument(f"the DTensor's placements {list(x.placements)} on mesh {list(mesh_shape)} name no "
+                                  "order of mesh dims: a _StridedShard's split factor must be the product of the sizes "
+                                  "of the mesh dims that split its tensor dim before it")
+    return with_order(plain, {d: tuple(dims) for d, dims in order.items()})
 
 
 _MESHES: dict[int, tuple] = {}  # device mesh -> its reshard mesh (sub-communicators made once)

@@ -23,6 +23,7 @@ from .planning.layout import (
     check_int,
     mesh_region,
     normalize_dim,
+    normalize_placements,
     parse_placement,
     parse_placements,
 )
@@ -161,20 +162,22 @@ class RedistributeArgs:
 
 
 def redistribute(x: Array, src: Any, dst: Any, mesh_shape: Sequence[int], coord: Sequence[int],
-                 global_shape: Any, rule: str, world: bool) -> RedistributeArgs:
+                 global_shape: Any, rule: str, world: bool, names: Sequence[str] | None = None) -> RedistributeArgs:
     """A change on a mesh (``world``: the communicator as the mesh ``(N,)``, with one
-    placement each side rather than one per mesh dim)."""
+    placement each side rather than one per mesh dim); ``names``: the mesh dims' names, which
+    a ``Spec`` may use."""
     if world:
         s_pl, d_pl = (parse_placement(src),), (parse_placement(dst),)
     else:
-        s_pl, d_pl = parse_placements(src), parse_placements(dst)
+        s_pl = parse_placements(src, len(mesh_shape), names)
+        d_pl = parse_placements(dst, len(mesh_shape), names)
         if len(s_pl) != len(mesh_shape) or len(d_pl) != len(mesh_shape):
             raise InvalidArgument(f"src {list(s_pl)} and dst {list(d_pl)} need one placement per mesh dim ({len(mesh_shape)})")
     nd = x.ndim
     if nd == 0 and any(isinstance(p, Shard) for p in (*s_pl, *d_pl)):
         raise InvalidArgument("x is 0-d; this op names a dim, so it needs at least one dim")
-    s_pl = tuple(Shard(normalize_dim(p.dim, nd, "src Shard dim")) if isinstance(p, Shard) else p for p in s_pl)
-    d_pl = tuple(Shard(normalize_dim(p.dim, nd, "dst Shard dim")) if isinstance(p, Shard) else p for p in d_pl)
+    s_pl = normalize_placements(s_pl, nd, "src Shard dim")
+    d_pl = normalize_placements(d_pl, nd, "dst Shard dim")
     for m, (a, b) in enumerate(zip(s_pl, d_pl)):
         where = "" if world else f"mesh dim {m}: "
         if isinstance(a, Partial) and a != b:

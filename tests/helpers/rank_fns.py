@@ -831,3 +831,23 @@ def collectives_loaded(comm):
     import sys
 
     return all(name in sys.modules for name in ("reshard.ops", "reshard.redistribution", "reshard.execution.execute", "reshard.planning.planner"))
+
+
+def spec_pairs(comm, mesh_shape, cases, by_name):
+    """For each (shape, src entries, dst entries, src piece): the piece ``redistribute`` gives
+    between two Specs (by mesh dim name or number); returned for the caller to check."""
+    mesh = rs.Mesh(mesh_shape, names=("a", "b"), comm=comm)
+    out = []
+    for shape, src, dst, piece in cases:
+        def spec(entries):
+            def one(e):
+                if e is None:
+                    return None
+                named = [n if by_name else ("a", "b").index(n) for n in (e if isinstance(e, list) else [e])]
+                return tuple(named) if isinstance(e, list) else named[0]
+
+            return rs.Spec(*[one(e) for e in entries])
+
+        x = np.ascontiguousarray(piece)
+        out.append(rs.redistribute(x, spec(src), spec(dst), mesh=mesh, global_shape=shape))
+    return out

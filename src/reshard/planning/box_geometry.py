@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .layout import Placement, Shard, unravel
+from .layout import Placement, split_by, unravel
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def piece_arrays(length: int, placements: Sequence[Placement], dim: int, mesh_sh
     """``mesh_plan._pieces`` as numpy arrays, split by every mesh dim at once per level."""
     import numpy as np
 
-    dims = tuple(m for m, p in enumerate(placements) if isinstance(p, Shard) and p.dim == dim)
+    dims = split_by(placements, dim)
     starts = np.zeros(1, dtype=np.int64)
     lengths = np.full(1, length, dtype=np.int64)
     coords = np.zeros((1, 0), dtype=np.int64)
@@ -122,7 +122,7 @@ class ExchangeGeometry:
                  mesh_shape: Sequence[int], rule: str = "balanced") -> None:
         self.shape = tuple(int(s) for s in shape)
         self.mesh_shape = tuple(int(s) for s in mesh_shape)
-        self.src, self.dst = tuple(src), tuple(dst)
+        self.src, self.dst = src, dst
         self.src_pieces = [piece_arrays(n, src, d, mesh_shape, rule) for d, n in enumerate(self.shape)]
         self.dst_pieces = [piece_arrays(n, dst, d, mesh_shape, rule) for d, n in enumerate(self.shape)]
         self.strides = _strides(self.mesh_shape)

@@ -20,7 +20,20 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from .box_geometry import ExchangeGeometry
-from .layout import Placement, Replicate, Shard, mesh_region, normalize_dim, ravel, shard_sizes, split_sizes, unravel
+from .layout import (
+    Placement,
+    Replicate,
+    Shard,
+    mesh_region,
+    normalize_placements,
+    orders_of,
+    ravel,
+    shard_sizes,
+    split_by,
+    split_sizes,
+    unravel,
+    with_order,
+)
 from .plan import Region as Box
 from .plan import region_numel as box_size
 
@@ -47,7 +60,7 @@ def box_subtract(a: Box, b: Box) -> list[Box]:
 
 @dataclass(frozen=True)
 class _Pieces:
-    """How one tensor dim is cut under a layout: the mesh dims that shard it (in mesh order),
+    """How one tensor dim is cut under a layout: the mesh dims that shard it (outermost first),
     and every piece's [start, stop) with the coordinates it belongs to on those mesh dims."""
 
     mesh_dims: tuple[int, ...]
@@ -58,7 +71,7 @@ class _Pieces:
 
 def _pieces(length: int, placements: Sequence[Placement], dim: int, mesh_shape: Sequence[int],
             rule: str = "balanced") -> _Pieces:
-    dims = tuple(m for m, p in enumerate(placements) if isinstance(p, Shard) and p.dim == dim)
+    dims = split_by(placements, dim)
     spans: list[tuple[int, int, tuple[int, ...]]] = [(0, length, ())]
     for m in dims:
         nxt = []
@@ -74,10 +87,7 @@ def _pieces(length: int, placements: Sequence[Placement], dim: int, mesh_shape: 
 def _normalize(placements: Sequence[Placement], ndim: int, mesh_ndim: int, name: str) -> tuple[Placement, ...]:
     if len(placements) != mesh_ndim:
         raise InvalidArgument(f"{name} has {len(placements)} placements for a {mesh_ndim}-d mesh")
-    out = []
-    for p in placements:
-        out.append(Shard(normalize_dim(p.dim, ndim, f"{name} Shard dim")) if isinstance(p, Shard) else p)
-    return tuple(out)
+    return normalize_placements(placements, ndim, f"{name} Shard dim")
 
 
 class _Transfers:
@@ -194,6 +204,7 @@ class MeshPlan(_Transfers):
         dst = _normalize(dst, len(shape), len(mesh_shape), "dst")
         self.shape, self.mesh_shape, self.src, self.dst = shape, mesh_shape, src, dst
         mid = list(src)
+        order = dict(orders_of(src))
         self.reductions: list[Reduction] = []
         for m, p in enumerate(src):
             if not isinstance(p, Partial) or dst[m] == p:
@@ -202,6 +213,8 @@ class MeshPlan(_Transfers):
             later = any(isinstance(q, Shard) and q.dim == d for q in src[m + 1 :])
             if d is not None and not later and rule == "balanced":  # reduce_scatter splits balanced
                 self.reductions.append(Reduction(m, "reduce_scatter", d, p.op))
+                # it splits the piece a rank holds: mesh dim m becomes the innermost split of d
+                order[d] = split_by(with_order(mid, order), d) + (m,)
                 mid[m] = Shard(d)
             else:
                 self.reductions.append(Reduction(m, "all_reduce", None, p.op))
@@ -213,9 +226,9 @@ class MeshPlan(_Transfers):
         # group that holds an element keeps it (a copy on two ranks would count twice).
         self.owned_dims = tuple(m for m, p in enumerate(dst) if isinstance(p, Partial) and not isinstance(mid[m], Partial)
                                 and m not in self.kept_partial and p.op != "avg")
-        as_moved = [Replicate() if isinstance(p, Partial) else p for p in mid]
-        target = [Replicate() if isinstance(p, Partial) else p for p in dst]
-        self.mid = tuple(as_moved)
+        as_moved = with_order([Replicate() if isinstance(p, Partial) else p for p in mid], order)
+        target = with_order([Replicate() if isinstance(p, Partial) else p for p in dst], orders_of(dst))
+        self.mid = as_moved
         self.exchange = BoxExchange(shape, as_moved, target, mesh_shape, rule)
         self.size = self.exchange.size
         ops = {dst[m].op for m in self.owned_dims}
@@ -293,7 +306,7 @@ class MeshPlan(_Transfers):
         needs and lacks, once), on the engine's own collective. None where it is not one."""
         src, dst = self.exchange.src, self.exchange.dst
         changed = [m for m in range(len(src)) if src[m] != dst[m]]
-        if self.fill_op is not None or len(changed) != 1:
+        if self.fill_op is not None or len(changed) != 1 or orders_of(src) != orders_of(dst):
             return None
         m = changed[0]
         a, b = src[m], dst[m]
@@ -316,8 +329,7 @@ class MeshPlan(_Transfers):
         Worked out from the layouts alone, without the per-rank geometry."""
         src, dst = self.exchange.src, self.exchange.dst
         for d in range(len(self.shape)):
-            cut = [m for m, p in enumerate(src) if isinstance(p, Shard) and p.dim == d]
-            into = [m for m, p in enumerate(dst) if isinstance(p, Shard) and p.dim == d]
+            cut, into = split_by(src, d), split_by(dst, d)
             if cut != into[: len(cut)]:
                 return False
         return True

@@ -19,7 +19,7 @@ from .layout import (
     Replicate,
     Shard,
     mesh_region,
-    normalize_dim,
+    normalize_placements,
     ravel,
     shard_range,
     shard_sizes,
@@ -226,7 +226,7 @@ def first_send(local_shape: Sequence[int], src: Sequence[Placement], dst: Sequen
 
 def normalized(placements: Sequence[Placement], ndim: int) -> tuple[Placement, ...]:
     """The placements with each Shard's dim counted from the front."""
-    return tuple(Shard(normalize_dim(p.dim, ndim, "Shard dim")) if isinstance(p, Shard) else p for p in placements)
+    return normalize_placements(placements, ndim)
 
 
 def _on_mesh_dim(mesh_shape: Shape, m: int, name: str, steps: tuple[Step, ...]) -> tuple[Step, ...]:
