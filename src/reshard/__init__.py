@@ -19,7 +19,16 @@ from .errors import (
     UnsupportedDType,
 )
 from .planning import layout, plan
-from .planning.layout import Partial, Replicate, Shard, Spec, local_shard, parse_placement, parse_placements, shard_sizes
+from .planning.layout import (
+    Partial,
+    Replicate,
+    Shard,
+    Spec,
+    local_shard,
+    parse_placement,
+    parse_placements,
+    shard_sizes,
+)
 from .version import VERSION
 
 __version__ = VERSION

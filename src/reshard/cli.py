@@ -158,15 +158,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _demo_mesh(args: argparse.Namespace, console) -> int:
     import math
 
-    from .planning.layout import parse_placements
+    from .planning.layout import layout_text, parse_placements
     from .tools.demo import run_demo_mesh
 
     if len(args.shape) != 2:
         console.print(say("cli.error", args.lang, error="demo draws a matrix: --shape needs two sizes"))
         return 2
     n = len(args.mesh)
-    src = parse_placements(args.src) if args.src else (Shard(0),) + tuple(Shard(1) for _ in range(n - 1))
-    dst = parse_placements(args.dst) if args.dst else tuple(reversed(src))
+    src = parse_placements(args.src, n) if args.src else (Shard(0),) + tuple(Shard(1) for _ in range(n - 1))
+    dst = parse_placements(args.dst, n) if args.dst else tuple(reversed(src))
     if any(isinstance(p, Shard) and p.dim not in (0, 1) for p in (*src, *dst)):
         console.print(say("cli.error", args.lang, error="a matrix has dims 0 and 1: use Shard(0) or Shard(1)"))
         return 2
@@ -174,7 +174,7 @@ def _demo_mesh(args: argparse.Namespace, console) -> int:
     status, scene = run_demo_mesh(tuple(args.mesh), args.shape, src, dst, args.dtype, args.engine, args.lang, console,
                                   args.timeout)
     if scene is not None:
-        placements = f"({', '.join(map(repr, src))}) -> ({', '.join(map(repr, dst))})"
+        placements = f"{layout_text(src)} -> {layout_text(dst)}"
         title = f"A[{args.shape[0]} x {args.shape[1]}] on a {'x'.join(map(str, args.mesh))} mesh: {placements}"
         _pictures(args, [scene], title, console)
     return status

@@ -24,14 +24,18 @@ from .mesh import Mesh
 from .planning.layout import (
     Partial,
     Placement,
-    Replicate,
     Shard,
     check_int,
     global_shape_of,
+    layout_text,
     mesh_region,
     normalize_dim,
+    normalize_placements,
+    orders_of,
     parse_placements,
+    split_by,
     unravel,
+    with_order,
 )
 
 __all__ = ["fftn", "ifftn", "rfftn", "irfftn", "output_layout"]
@@ -67,7 +71,7 @@ def _whole(layout: Sequence[Placement], mesh_shape: Sequence[int], todo: Sequenc
     return [a for a in todo if not _cuts(layout, mesh_shape, a)]
 
 
-def _free(layout: list[Placement], mesh_shape: Sequence[int], axis: int, keep: Sequence[int], ndim: int,
+def _free(layout: Sequence[Placement], mesh_shape: Sequence[int], axis: int, keep: Sequence[int], ndim: int,
           prefer: Sequence[Placement] | None = None) -> tuple[Placement, ...]:
     """``layout`` with every mesh dim that splits ``axis`` moved to another axis: one not in
     ``keep`` (still to transform) where there is one, preferring the axis ``prefer`` (the
@@ -88,7 +92,9 @@ def _free(layout: list[Placement], mesh_shape: Sequence[int], axis: int, keep: S
         if not spare:
             raise InvalidArgument(f"a 1-D array cannot be transformed on a mesh that splits it (mesh {list(mesh_shape)})")
         out[m] = Shard(spare[0])  # the outermost: each piece then moves in the longest runs
-    return tuple(out)
+    # an order stays where the mesh dims that split its tensor dim stay the same
+    kept = [(d, dims) for d, dims in orders_of(layout) if set(split_by(out, d)) == set(dims)]
+    return with_order(out, kept)
 
 
 def schedule(shape: Sequence[int], mesh_shape: Sequence[int], src: Sequence[Placement], axes: Sequence[int],
@@ -98,7 +104,7 @@ def schedule(shape: Sequence[int], mesh_shape: Sequence[int], src: Sequence[Plac
     change moves shards toward ``prefer`` where it can (an inverse back to where the forward
     began needs no extra exchange)."""
     ndim = len(shape)
-    layout = tuple(src)
+    layout = src
     steps: list[Transform | Move] = []
     complex_kind = "ifft" if kind in ("ifft", "irfft") else "fft"
     todo = list(axes)
@@ -106,7 +112,7 @@ def schedule(shape: Sequence[int], mesh_shape: Sequence[int], src: Sequence[Plac
     def make_whole(axis: int, keep: Sequence[int]) -> None:
         nonlocal layout
         if _cuts(layout, mesh_shape, axis):
-            layout = _free(list(layout), mesh_shape, axis, keep, ndim, prefer)
+            layout = _free(layout, mesh_shape, axis, keep, ndim, prefer)
             steps.append(Move(layout))
 
     if kind == "rfft":  # the real axis first, alone
@@ -135,18 +141,18 @@ def _next_axis(layout: Sequence[Placement], mesh_shape: Sequence[int], todo: Seq
     where there is one; else the last still to transform."""
     if prefer is not None:
         for a in reversed(todo):
-            moved = _free(list(layout), mesh_shape, a, keep, ndim, prefer)
+            moved = _free(layout, mesh_shape, a, keep, ndim, prefer)
             if all(moved[m] == layout[m] or moved[m] == prefer[m] for m in range(len(layout))):
                 return a
     return todo[-1]
 
 
-def _canonical(shape: Sequence[int], mesh_shape: Sequence[int], src: Any, axes: Any, s: Any = None
-               ) -> tuple[tuple[Placement, ...], tuple[int, ...]]:
+def _canonical(shape: Sequence[int], mesh_shape: Sequence[int], src: Any, axes: Any, s: Any = None,
+               names: Sequence[str] | None = None) -> tuple[tuple[Placement, ...], tuple[int, ...]]:
     ndim = len(shape)
     if ndim not in (1, 2, 3):
         raise InvalidArgument(f"the distributed FFT takes 1-D, 2-D or 3-D arrays; got {ndim} dims")
-    layout = _layout_of(src, ndim, mesh_shape, "src")
+    layout = _layout_of(src, ndim, mesh_shape, "src", names)
     if axes is None:
         axes = tuple(range(ndim)) if s is None else tuple(range(ndim - len(s), ndim))
     axes = tuple(normalize_dim(a, ndim, "axes") for a in _sequence(axes, "axes"))
@@ -162,17 +168,17 @@ def _sequence(value: Any, name: str) -> tuple:
     return tuple(value)
 
 
-def _layout_of(placements: Any, ndim: int, mesh_shape: Sequence[int], name: str) -> tuple[Placement, ...]:
-    """``placements`` (``src`` or ``dst``) as one Shard (dim counted from the front) or
-    Replicate per mesh dim."""
-    layout = parse_placements(placements)
+def _layout_of(placements: Any, ndim: int, mesh_shape: Sequence[int], name: str,
+               names: Sequence[str] | None = None) -> tuple[Placement, ...]:
+    """``placements`` (``src`` or ``dst``; a ``Spec`` by mesh dim number, or by ``names``) as
+    one Shard (dim counted from the front) or Replicate per mesh dim, split orders kept."""
+    layout = parse_placements(placements, len(mesh_shape), names)
     if len(layout) != len(mesh_shape):
         raise InvalidArgument(f"{name} {list(layout)} needs one placement per mesh dim ({len(mesh_shape)})")
     if any(isinstance(p, Partial) for p in layout):
         raise InvalidArgument(f"{name} {list(layout)}: the FFT's arrays are Shard or Replicate, not Partial"
                               + ("; reduce it first" if name == "src" else ""))
-    return tuple(Shard(normalize_dim(p.dim, ndim, f"{name} Shard dim")) if isinstance(p, Shard) else Replicate()
-                 for p in layout)
+    return normalize_placements(layout, ndim, f"{name} Shard dim")
 
 
 def output_layout(shape: Sequence[int], mesh_shape: Any, src: Any, axes: Sequence[int] | None = None,
@@ -298,11 +304,11 @@ def _arguments(x: Array, mesh: Any, src: Any, axes: Any, s: Any, dst: Any, norm:
         raise UnsupportedDType(f"x has dtype {a.dtype}: the FFT takes floating or complex values")
     if s is not None:
         s = tuple(check_int("s", n) for n in _sequence(s, "s"))
-    layout, axes = _canonical(a.shape, mesh.shape, src, axes, s)
+    layout, axes = _canonical(a.shape, mesh.shape, src, axes, s, mesh.names)
     if s is not None and len(s) != len(axes):
         raise InvalidArgument(f"s {list(s)} needs one length per transformed axis ({len(axes)})")
-    want = _layout_of(dst, a.ndim, mesh.shape, "dst") if dst is not None else None
-    values = (list(layout), list(axes), s, want and list(want), norm, backend)
+    want = _layout_of(dst, a.ndim, mesh.shape, "dst", mesh.names) if dst is not None else None
+    values = (layout_text(layout), list(axes), s, want and layout_text(want), norm, backend)
     digests = [int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=8).digest(), "little", signed=True)
                for v in values]
     call.record.args = tuple(digests)

@@ -357,10 +357,13 @@ def spec_of(placements: Sequence[Placement]) -> Spec:
     return Spec(*entries, partial=partial or None)
 
 
-def layout_text(placements: Sequence[Placement]) -> str:
-    """How a layout is printed: its placements, or its Spec where an order is not the mesh's."""
+def layout_text(placements: Sequence[Placement], parens: bool = True) -> str:
+    """How a layout is printed: its placements (in parentheses unless ``parens`` is False), or
+    its Spec where an order is not the mesh's."""
     if orders_of(placements):
         return repr(spec_of(placements))
+    if not parens:
+        return ", ".join(map(repr, placements))
     return "(" + ", ".join(map(repr, placements)) + ("," if len(placements) == 1 else "") + ")"
 
 
@@ -567,14 +570,15 @@ def local_shard(full: Any, placement: Any, rank: Any, size: Any) -> Any:
     """What a rank holds of ``full`` (numpy array or torch tensor) under ``placement``.
 
     1-D world: ``local_shard(full, placement, rank, size)``. On a mesh:
-    ``local_shard(full, placements, coord, mesh_shape)``, one placement per mesh dim.
+    ``local_shard(full, placements, coord, mesh_shape)``, one placement per mesh dim, or a
+    ``Spec`` by mesh dim number (a tensor dim split by several mesh dims in its order).
 
     ``Shard(d)``: a view of ``full`` sliced along ``d`` by the balanced rule (nested on a mesh,
     earlier mesh dims first). ``Replicate()``: no cut. ``Partial(op)``: for ``sum``, the rank at
     coordinate 0 of that mesh dim holds the values and the others zeros (they sum to ``full``);
     for ``avg``, ``max`` and ``min`` every rank holds them.
     """
-    if isinstance(placement, (tuple, list)) or isinstance(size, (tuple, list)) or isinstance(rank, (tuple, list)):
+    if isinstance(placement, (tuple, list, Spec)) or isinstance(size, (tuple, list)) or isinstance(rank, (tuple, list)):
         return _local_shard_mesh(full, placement, rank, size)
     rank = check_int("rank", rank)
     size = check_int("size", size)
@@ -591,12 +595,12 @@ def local_shard(full: Any, placement: Any, rank: Any, size: Any) -> Any:
 
 
 def _local_shard_mesh(full: Any, placements: Any, coord: Any, mesh_shape: Any) -> Any:
-    placements = parse_placements(placements)
     try:
         coord = tuple(check_int(f"coord[{i}]", c) for i, c in enumerate(coord))
         mesh_shape = tuple(check_int(f"mesh_shape[{i}]", s) for i, s in enumerate(mesh_shape))
     except TypeError:
         raise InvalidArgument(f"on a mesh, coord and mesh_shape are sequences, got {coord!r} and {mesh_shape!r}") from None
+    placements = parse_placements(placements, len(mesh_shape))
     if not len(placements) == len(coord) == len(mesh_shape):
         raise InvalidArgument(f"{len(placements)} placements, coordinate {list(coord)} and mesh shape {list(mesh_shape)} "
                               "must have one entry per mesh dim")

@@ -24,6 +24,7 @@ from .layout import (
     Placement,
     Replicate,
     Shard,
+    layout_text,
     mesh_region,
     normalize_placements,
     orders_of,
@@ -358,6 +359,13 @@ def exchange_totals(global_shape: Sequence[int], src: Sequence[Placement], dst: 
     return sent.tolist(), received.tolist()
 
 
+def _orders_report(plan: MeshPlan) -> dict:
+    """A layout whose tensor dim is split by mesh dims in an order other than the mesh's is
+    also given as its ``Spec`` (the placements alone do not say the order)."""
+    return {f"{side}_spec": layout_text(layout) for side, layout in (("src", plan.src), ("dst", plan.dst))
+            if orders_of(layout)}
+
+
 ENUMERATE_MAX_RANKS = 4096  # Partial destinations are summed up rank by rank below this
 
 
@@ -415,7 +423,7 @@ def plan_summary(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
                       "bytes_sent_per_rank": [0] * size, "bytes_received_per_rank": [0] * size})
     report = {
         "mesh": list(plan.mesh_shape), "global_shape": list(plan.shape), "src": [repr(p) for p in plan.src],
-        "dst": [repr(p) for p in plan.dst], "ranks": size, "steps": steps,
+        "dst": [repr(p) for p in plan.dst], **_orders_report(plan), "ranks": size, "steps": steps,
         "exchange_bytes_total": sum(sent) * itemsize, "exchange_lower_bound_bytes": bound * itemsize,
     }
     if size <= 16 and any(sent):

@@ -136,8 +136,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.mesh and (args.src is None or args.dst is None):
         raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
-    src = parse_placements(args.src or "row")
-    dst = parse_placements(args.dst or "col")
+    src = parse_placements(args.src or "row", len(mesh))
+    dst = parse_placements(args.dst or "col", len(mesh))
     if args.dtype not in ITEMSIZE:
         raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
     report = plan_summary(args.shape, src, dst, mesh, ITEMSIZE[args.dtype])

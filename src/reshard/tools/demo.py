@@ -7,7 +7,7 @@ from typing import Any
 from ..engines.available import installed
 from ..errors import MissingDependency
 from ..messages import say
-from ..planning.layout import Partial, Placement, Replicate, local_shard
+from ..planning.layout import Partial, Placement, Replicate, layout_text, local_shard
 from ..viz.terminal import render_demo
 
 
@@ -157,5 +157,5 @@ def run_demo_mesh(mesh_shape: tuple, shape: tuple[int, int], src: tuple, dst: tu
         console.print(say("demo.bad", lang, rank=rank, detail=detail), style="bold red")
     if problems:
         return 1, None
-    console.print(say("demo.ok_mesh", lang, ranks=size, placement=", ".join(map(repr, dst))), style="bold green")
+    console.print(say("demo.ok_mesh", lang, ranks=size, placement=layout_text(dst, parens=False)), style="bold green")
     return 0, mesh_scene(shape, mesh_shape, src, dst, "redistribute")

@@ -8,7 +8,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..planning import planner
-from ..planning.layout import Placement, Shard, mesh_region, parse_placement, parse_placements, shard_range, unravel
+from ..planning.layout import (
+    Placement,
+    Shard,
+    layout_text,
+    mesh_region,
+    orders_of,
+    parse_placement,
+    parse_placements,
+    shard_range,
+    unravel,
+)
 from ..planning.plan import ITEMSIZE
 from ..planning.steps import AllGather, AllToAll, ExchangeBoxes, OnMeshDim, ReduceScatter, Step
 
@@ -110,8 +120,8 @@ def rank_report(shape: Sequence[int], src: Any, dst: Any, rank: int, dtype: str 
     shape = tuple(int(s) for s in shape)
     world = mesh is None
     mesh_shape = (int(ranks),) if world else tuple(int(m) for m in mesh)
-    src_t = (parse_placement(src),) if world else tuple(parse_placements(src))
-    dst_t = (parse_placement(dst),) if world else tuple(parse_placements(dst))
+    src_t = (parse_placement(src),) if world else parse_placements(src, len(mesh_shape))
+    dst_t = (parse_placement(dst),) if world else parse_placements(dst, len(mesh_shape))
     started = time.perf_counter()
     plan = planner.redistribute(shape, src_t, dst_t, mesh_shape, rank)
     seconds = time.perf_counter() - started
@@ -129,11 +139,11 @@ def rank_report(shape: Sequence[int], src: Any, dst: Any, rank: int, dtype: str 
         regions = _world_regions(shape, src_t[0], step, rank, mesh_shape[0]) if world else None
         steps.append(_step(step, over, sent, received, item, regions))
     peers = sorted({p for st in steps for p in (*st["sends_to"], *st["receives_from"])})
-    names = (lambda p: repr(p)) if world else (lambda ps: [repr(p) for p in ps])
+    names = (lambda p: repr(p)) if world else (lambda ps: layout_text(ps) if orders_of(ps) else [repr(p) for p in ps])
     where: dict[str, Any] = {"ranks": mesh_shape[0]} if world else {
         "mesh": list(mesh_shape), "ranks": plan.size, "coord": list(coord)}
     return {
-        "rank": rank, **where, "global_shape": list(shape), "dtype": dtype, "src": names(src), "dst": names(dst),
+        "rank": rank, **where, "global_shape": list(shape), "dtype": dtype, "src": names(src_t), "dst": names(planner.normalized(dst_t, len(shape))),
         "steps": steps, "sent_bytes": sum(s["sent_bytes"] for s in steps),
         "received_bytes": sum(s["received_bytes"] for s in steps), "peers": peers, "plan_seconds": seconds,
     }

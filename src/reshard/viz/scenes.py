@@ -13,7 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from ..planning.layout import Partial, Placement, Replicate, Shard, mesh_region, shard_sizes
+from ..planning.layout import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    layout_text,
+    map_placements,
+    mesh_region,
+    shard_sizes,
+)
 from .blocks import block_name, blocks, holders
 
 FIVE = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
@@ -204,7 +213,8 @@ def mesh_scene(shape: tuple[int, int], mesh_shape: tuple[int, ...], src: tuple, 
     after: dict[int, list[Cell]] = {r: [] for r in range(size)}
     moves = []
     for r in range(size):
-        held = mesh_region(shape, [Replicate() if isinstance(p, Partial) else p for p in src], plan.exchange.coord(r), mesh_shape)
+        held = mesh_region(shape, map_placements(src, lambda p: Replicate() if isinstance(p, Partial) else p),
+                           plan.exchange.coord(r), mesh_shape)
         for i, j in names:
             if inside(held, i, j):
                 before[r].append(Cell(i, j, r, "partial" if src_partial else "solid"))
@@ -230,7 +240,7 @@ def mesh_scene(shape: tuple[int, int], mesh_shape: tuple[int, ...], src: tuple, 
             else:
                 after[q].append(Cell(i, j, origin, "partial" if partial_after else "solid"))
     labels = tuple(f"rank {r} {tuple(plan.exchange.coord(r))}" for r in range(size))
-    caption = f"({', '.join(map(repr, src))}) -> ({', '.join(map(repr, dst))}) on a {'x'.join(map(str, mesh_shape))} mesh"
+    caption = f"{layout_text(src)} -> {layout_text(dst)} on a {'x'.join(map(str, mesh_shape))} mesh"
     sizes = (tuple(b - a for a, b in rows), tuple(b - a for a, b in cols))
     return Scene("change", title, caption, size, names, before, after, moves, (len(rows), len(cols)), labels,
                  mesh_boxes(mesh_shape), sizes)

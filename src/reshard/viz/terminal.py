@@ -196,7 +196,8 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float =
 def render_mesh_plan(console: Any, report: dict, lang: str = "en") -> None:
     """A mesh plan as text: the change, each step with its bytes per rank, the lower bound."""
     mesh = "x".join(str(s) for s in report["mesh"])
-    console.print(say("meshplan.head", lang, src=", ".join(report["src"]), dst=", ".join(report["dst"]),
+    console.print(say("meshplan.head", lang, src=report.get("src_spec") or ", ".join(report["src"]),
+                      dst=report.get("dst_spec") or ", ".join(report["dst"]),
                       shape=" x ".join(str(s) for s in report["global_shape"]), dtype=report["dtype"], mesh=mesh,
                       ranks=report["ranks"]))
     if not report["steps"]:
@@ -221,7 +222,7 @@ def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape
     from rich.table import Table
     from rich.text import Text
 
-    from ..planning.layout import mesh_region
+    from ..planning.layout import layout_text, map_placements, mesh_region
 
     mesh = "x".join(str(s) for s in mesh_shape)
     console.print(say("demo.title_mesh", lang, rows=shape[0], cols=shape[1], dtype=dtype, mesh=mesh, engine=engine))
@@ -232,7 +233,7 @@ def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape
         table = Table(title=title, title_justify="left", show_lines=True)
         for k in range(grid_cols):
             table.add_column(say("demo.mesh_column", lang, dim=len(mesh_shape) - 1, k=k))
-        whole = tuple(Replicate() if isinstance(p, Partial) else p for p in placements)
+        whole = map_placements(placements, lambda p: Replicate() if isinstance(p, Partial) else p)
         cells = []
         for r, coord in enumerate(coords):
             region = mesh_region(shape, whole, coord, mesh_shape)
@@ -247,8 +248,8 @@ def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape
             table.add_row(*cells[start : start + grid_cols])
         console.print(table)
 
-    layout(say("demo.before_mesh", lang, placement=", ".join(map(repr, src))), src, ins)
-    layout(say("demo.after_mesh", lang, placement=", ".join(map(repr, dst))), dst, outs)
+    layout(say("demo.before_mesh", lang, placement=layout_text(src, parens=False)), src, ins)
+    layout(say("demo.after_mesh", lang, placement=layout_text(dst, parens=False)), dst, outs)
     sent = max(m[0] for m in moved)
     received = max(m[1] for m in moved)
     console.print(say("demo.moved_mesh", lang, sent=human_bytes(sent), received=human_bytes(received)))
