@@ -851,3 +851,46 @@ def spec_pairs(comm, mesh_shape, cases, by_name):
         x = np.ascontiguousarray(piece)
         out.append(rs.redistribute(x, spec(src), spec(dst), mesh=mesh, global_shape=shape))
     return out
+
+
+def ordered_pairs(comm, mesh_shape, cases):
+    """For each (shape, src Spec, dst Spec): this rank's input cut from the full pattern (a
+    Partial source: the values on the first rank of each group, zeros elsewhere), moved by
+    ``redistribute`` with the global shape learned from the ranks; the results returned."""
+    mesh = rs.Mesh(mesh_shape, comm=comm)
+    out = []
+    for shape, src, dst in cases:
+        full = pattern(shape, "int64")
+        x = np.ascontiguousarray(rs.local_shard(full, src, mesh.coord, mesh_shape))
+        out.append(rs.redistribute(x, src, dst, mesh=mesh))
+    return out
+
+
+def dtensor_ordered(comm, shape):
+    """DTensors whose dim 0 is split by mesh dim 1 first (``_StridedShard``), in and out of
+    ``redistribute``: [(what, local equal, full equal, placements equal)] against DTensor's own
+    redistribute, distribute_tensor and full_tensor."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    device_mesh = init_device_mesh("cpu", (2, 2))
+    full = torch.from_numpy(pattern(shape, "float32"))
+    strided = [_StridedShard(0, split_factor=2), Shard(0)]
+    out = []
+    even = all(n % 4 == 0 for n in shape[:1])
+    if even:  # DTensor itself distributes _StridedShard over even lengths only
+        dt = distribute_tensor(full, device_mesh, strided)
+        for dst in ([Shard(1), Shard(0)], [Replicate(), Shard(1)], [Shard(0), Shard(0)]):
+            ours, theirs = rs.redistribute(dt, dst=dst), dt.redistribute(device_mesh, dst)
+            out.append((f"in {dst}", torch.equal(ours.to_local(), theirs.to_local()),
+                        torch.equal(ours.full_tensor(), full), list(ours.placements) == list(theirs.placements)))
+        want = distribute_tensor(full, device_mesh, strided)
+    plain = distribute_tensor(full, device_mesh, [Shard(1), Replicate()])
+    ours = rs.redistribute(plain, dst=rs.Spec((1, 0), None))
+    out.append(("out Spec((1, 0), None)", torch.equal(ours.to_local(), want.to_local()) if even else None,
+                torch.equal(ours.full_tensor(), full), list(ours.placements) == strided))
+    back = rs.redistribute(ours, dst=[Shard(1), Replicate()])  # its order read back from _StridedShard
+    out.append(("back", torch.equal(back.to_local(), plain.to_local()), torch.equal(back.full_tensor(), full), True))
+    return out

@@ -39,3 +39,12 @@ def test_a_src_equal_to_the_dtensor_placements_is_taken():
     full = pattern((6, 4), "float32")
     for rank, (kind, local) in enumerate(rs.spawn(rank_fns.dtensor_given_src, 2, args=([rs.Shard(0), "S(0)"],))):
         assert kind == "ok" and np.array_equal(local, full[:, 2 * rank : 2 * rank + 2])
+
+
+@pytest.mark.parametrize("shape", [(8, 6), (7, 5)])
+def test_a_dtensor_split_in_another_order_comes_in_and_goes_out_as_dtensor_has_it(shape):
+    pytest.importorskip("torch.distributed.tensor.placement_types", reason="torch without _StridedShard")
+    for rank, results in enumerate(rs.spawn(rank_fns.dtensor_ordered, 4, args=(shape,), timeout=300)):
+        assert len(results) == (5 if shape[0] % 4 == 0 else 2)
+        for what, same_local, same_full, same_placements in results:
+            assert same_local is not False and same_full and same_placements, (rank, shape, what)

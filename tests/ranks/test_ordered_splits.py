@@ -76,3 +76,45 @@ def test_every_spec_pair_equals_jax_on_each_rank(jax_pieces, engine, by_name, me
     wrong = [(shape, a, b, r) for k, (shape, a, b, dst) in enumerate(wanted) for r in range(4)
              if not (results[r][k].shape == dst[r].shape and np.array_equal(results[r][k], dst[r]))]
     assert not wrong, f"{len(wrong)} of {len(wanted) * 4} pieces differ from JAX's, e.g. {wrong[:3]}"
+
+
+def _uneven_cases(seed, count):
+    """Random ordered Specs (a mesh dim on no tensor dim may be Partial in the source) over
+    uneven shapes, as (shape, src, dst)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        shape = tuple(int(v) for v in rng.integers(0, 8, size=int(rng.integers(2, 4))))
+        sides = []
+        for _side in range(2):
+            where = [int(rng.integers(-1, len(shape))) for _ in range(2)]
+            entries = [tuple(int(m) for m in rng.permutation([m for m in range(2) if where[m] == d]))
+                       for d in range(len(shape))]
+            partial = [m for m in range(2) if where[m] < 0 and rng.random() < 0.5]
+            sides.append(rs.Spec(*entries, partial=partial or None))
+        out.append((shape, *sides))
+    return out
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+def test_uneven_shapes_and_partial_follow_the_nested_balanced_rule(engine):
+    from tests.helpers import rank_fns
+    from tests.helpers.oracle import pattern
+
+    mesh_shape = (2, 2)
+    cases = _uneven_cases(7 if engine == "gloo" else 11, 60)
+    results = rs.spawn(rank_fns.ordered_pairs, 4, engine=engine, args=(mesh_shape, cases), timeout=600)
+    for k, (shape, src, dst) in enumerate(cases):
+        full = pattern(shape, "int64")
+        for r in range(4):
+            coord = np.unravel_index(r, mesh_shape)
+            piece = full  # the oracle: np.array_split by each mesh dim of a tensor dim, outermost first
+            for d, dims in enumerate(dst.entries):
+                for m in dims:
+                    piece = np.array_split(piece, mesh_shape[m], axis=d)[coord[m]]
+            got = results[r][k]
+            partial = [m for m, _ in dst.partial]
+            if partial:  # the group along the Partial mesh dims sums to the piece
+                got = sum(results[q][k] for q in range(4)
+                          if all(np.unravel_index(q, mesh_shape)[m] == coord[m] for m in range(2) if m not in partial))
+            assert got.shape == piece.shape and np.array_equal(got, piece), (shape, src, dst, r)
