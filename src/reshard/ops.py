@@ -280,7 +280,7 @@ def redistribute(
     ============================  ==============================================
 
     On a process mesh (``mesh=rs.Mesh(...)``), ``src`` and ``dst`` give one placement per mesh
-    dim, and the change runs as the reductions of Partial sources on their mesh dims, then one
+    dim, or an ``rs.Spec`` (per tensor dim, the mesh dims that split it, outermost first), and the change runs as the reductions of Partial sources on their mesh dims, then one
     exchange in which each rank receives only what it needs and does not hold. A PyTorch DTensor
     in gives a DTensor out (``rs.redistribute(dtensor, dst=...)``): its mesh and placements are
     the source, and its shards keep DTensor's own split rule; a ``src`` given that differs from
