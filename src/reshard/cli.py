@@ -158,7 +158,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _demo_mesh(args: argparse.Namespace, console) -> int:
     import math
 
-    from .planning.layout import layout_text, parse_placements
+    from .planning.layout import parse_placements
+    from .planning.spec import layout_text
     from .tools.demo import run_demo_mesh
 
     if len(args.shape) != 2:

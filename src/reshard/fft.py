@@ -27,7 +27,6 @@ from .planning.layout import (
     Shard,
     check_int,
     global_shape_of,
-    layout_text,
     mesh_region,
     normalize_dim,
     normalize_placements,
@@ -37,6 +36,7 @@ from .planning.layout import (
     unravel,
     with_order,
 )
+from .planning.spec import layout_text
 
 __all__ = ["fftn", "ifftn", "rfftn", "irfftn", "output_layout"]
 

@@ -23,13 +23,13 @@ from .planning.layout import (
     Partial,
     Shard,
     global_shape_of,
-    layout_text,
     mesh_region,
     orders_of,
     parse_placements,
     unravel,
     with_order,
 )
+from .planning.spec import layout_text
 
 Array = Any
 

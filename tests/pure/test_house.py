@@ -15,7 +15,9 @@ MAX_LINES = 500
 # Lower layers never import higher ones; a module may import its own layer only where listed.
 LAYERS = [
     ["errors", "version"],
-    ["planning.layout", "messages", "settings"],
+    ["planning.placements", "messages", "settings"],
+    ["planning.spec"],
+    ["planning.layout"],
     ["planning.plan", "execution.arrays", "planning.box_geometry", "planning.steps", "planning.host_costs"],
     ["planning.mesh_plan"],
     ["planning.planner"],
@@ -60,7 +62,7 @@ LAYERS = [
     ["cli"],
     ["__main__", ""],
 ]
-PURE = {"planning", "planning.host_costs", "planning.layout", "planning.plan", "planning.box_geometry", "planning.mesh_plan",
+PURE = {"planning", "planning.host_costs", "planning.layout", "planning.spec", "planning.placements", "planning.plan", "planning.box_geometry", "planning.mesh_plan",
         "planning.steps", "planning.planner", "tools.rank_report", "errors", "messages", "settings", "execution.stats",
         "execution.activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}

@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reshard as rs
-from reshard.planning.layout import Layout, Spec, layout_text, mesh_region, parse_placements, unravel
+from reshard.planning.layout import Layout, mesh_region, parse_placements, unravel
 from reshard.planning.mesh_plan import MeshPlan
 from reshard.planning.planner import redistribute as plan_redistribute
+from reshard.planning.spec import Spec, layout_text
 
 S, R, P = rs.Shard, rs.Replicate, rs.Partial
 

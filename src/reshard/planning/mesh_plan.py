@@ -24,7 +24,6 @@ from .layout import (
     Placement,
     Replicate,
     Shard,
-    layout_text,
     mesh_region,
     normalize_placements,
     orders_of,
@@ -37,6 +36,7 @@ from .layout import (
 )
 from .plan import Region as Box
 from .plan import region_numel as box_size
+from .spec import layout_text
 
 
 def box_intersect(a: Box, b: Box) -> Box | None:

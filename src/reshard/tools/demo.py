@@ -7,7 +7,8 @@ from typing import Any
 from ..engines.available import installed
 from ..errors import MissingDependency
 from ..messages import say
-from ..planning.layout import Partial, Placement, Replicate, layout_text, local_shard
+from ..planning.layout import Partial, Placement, Replicate, local_shard
+from ..planning.spec import layout_text
 from ..viz.terminal import render_demo
 
 

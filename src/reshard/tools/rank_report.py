@@ -11,7 +11,6 @@ from ..planning import planner
 from ..planning.layout import (
     Placement,
     Shard,
-    layout_text,
     mesh_region,
     orders_of,
     parse_placement,
@@ -20,6 +19,7 @@ from ..planning.layout import (
     unravel,
 )
 from ..planning.plan import ITEMSIZE
+from ..planning.spec import layout_text
 from ..planning.steps import AllGather, AllToAll, ExchangeBoxes, OnMeshDim, ReduceScatter, Step
 
 DETAIL_MAX_PEERS = 64  # a step lists each peer's region up to this many peers

@@ -18,11 +18,11 @@ from ..planning.layout import (
     Placement,
     Replicate,
     Shard,
-    layout_text,
     map_placements,
     mesh_region,
     shard_sizes,
 )
+from ..planning.spec import layout_text
 from .blocks import block_name, blocks, holders
 
 FIVE = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")

@@ -222,7 +222,8 @@ def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape
     from rich.table import Table
     from rich.text import Text
 
-    from ..planning.layout import layout_text, map_placements, mesh_region
+    from ..planning.layout import map_placements, mesh_region
+    from ..planning.spec import layout_text
 
     mesh = "x".join(str(s) for s in mesh_shape)
     console.print(say("demo.title_mesh", lang, rows=shape[0], cols=shape[1], dtype=dtype, mesh=mesh, engine=engine))
