@@ -297,6 +297,14 @@ def redistribute(
     if async_op:
         return run_started(
             "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
+    if isinstance(x, (list, tuple)):  # many tensors in one call
+        dtensors = [type(t).__name__ == "DTensor" for t in x]
+        if x and all(dtensors):
+            return redistribution.redistribute_dtensors(list(x), None if src is _SRC_NOT_GIVEN else src, dst, check)
+        if any(dtensors):
+            refuse("redistribute", np.zeros(1, np.int64), comm if mesh is None else mesh.comm, check, InvalidArgument(
+                "redistribute: a list holds DTensors and plain tensors; pass DTensors alone (they carry their layout)"))
+        return redistribution.redistribute_many(x, src, dst, comm, mesh, global_shape, check)
     # A training loop's repeated unchecked call first: anything else (a DTensor, bad
     # arguments) is a MISS here and takes the full path below.
     replayed = replay_hot("redistribute", x, comm if mesh is None else mesh.comm, check,

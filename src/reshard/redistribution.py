@@ -9,6 +9,7 @@ changed on its own device mesh with DTensor's split rule, and wrapped again.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from . import validate
@@ -140,15 +141,9 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
     tensor split as DTensor splits (torch.chunk's rule), and the result wrapped again.
     ``given_src`` (None: not given) must be the DTensor's own placements."""
     from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor import Partial as TorchPartial
-    from torch.distributed.tensor import Replicate as TorchReplicate
-    from torch.distributed.tensor import Shard as TorchShard
 
     device_mesh = x.device_mesh
-    mesh = _MESHES.get(id(device_mesh))
-    if mesh is None or mesh[0] is not device_mesh:
-        mesh = (device_mesh, Mesh.from_torch(device_mesh))
-        _MESHES[id(device_mesh)] = mesh
+    mesh = (device_mesh, _reshard_mesh(device_mesh))
     mesh_shape, names = tuple(mesh[1].shape), mesh[1].names
     try:
         src = _dtensor_layout(x, mesh_shape)
@@ -166,16 +161,65 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
                 f"{layout_text(src)}; leave src out (a DTensor carries its layout) or pass its placements"))
     d_pl = parse_placements(dst, len(mesh_shape), names)
     out = redistribute(x.to_local(), src, d_pl, None, mesh[1], tuple(x.shape), check, rule="chunk")
+    return DTensor.from_local(out, device_mesh, _torch_placements(d_pl, mesh_shape), run_check=False, shape=x.shape,
+                              stride=x.stride())
+
+
+def _reshard_mesh(device_mesh: Any) -> Mesh:
+    """The reshard mesh of a torch device mesh, made once (its sub-communicators with it)."""
+    mesh = _MESHES.get(id(device_mesh))
+    if mesh is None or mesh[0] is not device_mesh:
+        mesh = (device_mesh, Mesh.from_torch(device_mesh))
+        _MESHES[id(device_mesh)] = mesh
+    return mesh[1]
+
+
+def _torch_placements(layout: Any, mesh_shape: tuple[int, ...]) -> list:
+    """Our layout in DTensor's placements; an order as ``_StridedShard`` split factors."""
+    from torch.distributed.tensor import Partial as TorchPartial
+    from torch.distributed.tensor import Replicate as TorchReplicate
+    from torch.distributed.tensor import Shard as TorchShard
+
     placements = [TorchShard(p.dim) if isinstance(p, Shard) else TorchPartial(p.op) if isinstance(p, Partial)
-                  else TorchReplicate() for p in d_pl]
-    for d, dims in orders_of(d_pl):  # DTensor's own form of an order: _StridedShard's split factors
+                  else TorchReplicate() for p in layout]
+    for d, dims in orders_of(layout):
         from torch.distributed.tensor.placement_types import _StridedShard
 
         for i, m in enumerate(dims):
             factor = math.prod(mesh_shape[j] for j in dims[:i] if j > m)
             if factor > 1:
                 placements[m] = _StridedShard(d, split_factor=factor)
-    return DTensor.from_local(out, device_mesh, placements, run_check=False, shape=x.shape, stride=x.stride())
+    return placements
+
+
+def redistribute_dtensors(xs: list, given_src: Any, dst: Any, check: bool | None) -> list:
+    """A list of DTensors on one device mesh, changed in one call (``redistribute_many``) with
+    DTensor's split rule; a list of DTensors out. ``given_src`` (None: not given) must be their
+    own placements."""
+    from torch.distributed.tensor import DTensor
+
+    first = xs[0].device_mesh
+    mesh = _reshard_mesh(first)
+    other = next((i for i, x in enumerate(xs) if x.device_mesh is not first), None)
+    if other is not None:
+        refuse("redistribute", xs[0].to_local(), mesh.comm, check, InvalidArgument(
+            f"rank {mesh.comm.rank}: redistribute: tensor {other} lies on another device mesh than tensor 0; "
+            "one call moves tensors of one mesh"))
+    mesh_shape = tuple(mesh.shape)
+    try:
+        srcs = [_dtensor_layout(x, mesh_shape) for x in xs]
+        dsts = [parse_placements(d, len(mesh_shape), mesh.names) for d in _each("dst", dst, len(xs))]
+        if given_src is not None:
+            for i, (said, own) in enumerate(zip(_each("src", given_src, len(xs)), srcs)):
+                if parse_placements(said, len(mesh_shape), mesh.names) != own:
+                    raise InvalidArgument(f"rank {mesh.comm.rank}: redistribute: tensor {i}: src={said} contradicts "
+                                          f"the DTensor's own placements {layout_text(own)}; leave src out")
+    except ReshardError as exc:
+        refuse("redistribute", xs[0].to_local(), mesh.comm, check, exc)
+    outs = redistribute_many([x.to_local() for x in xs], srcs, dsts, None, mesh, [tuple(x.shape) for x in xs], check,
+                             rule="chunk")
+    return [DTensor.from_local(out, first, _torch_placements(d, mesh_shape), run_check=False, shape=x.shape,
+                               stride=x.stride()) for x, out, d in zip(xs, outs, dsts)]
 
 
 def _dtensor_layout(x: Any, mesh_shape: tuple[int, ...]) -> tuple:
@@ -210,3 +254,163 @@ def _dtensor_layout(x: Any, mesh_shape: tuple[int, ...]) -> tuple:
 
 
 _MESHES: dict[int, tuple] = {}  # device mesh -> its reshard mesh (sub-communicators made once)
+
+
+def _each(name: str, value: Any, n: int) -> list:
+    """``src``/``dst`` for a call on ``n`` tensors: a list gives one per tensor; anything else
+    (a placement, a tuple of placements, a Spec, text) is one for all."""
+    if isinstance(value, list):
+        if len(value) != n:
+            raise InvalidArgument(f"{name} is a list of {len(value)} layouts for {n} tensors: give one per tensor, "
+                                  "or one layout (not in a list) for all")
+        return value
+    return [value] * n
+
+
+def _each_shape(global_shape: Any, n: int) -> list:
+    if global_shape is None:
+        return [None] * n
+    if not isinstance(global_shape, (list, tuple)) or len(global_shape) != n or any(
+            g is not None and not isinstance(g, (list, tuple)) for g in global_shape):
+        raise InvalidArgument(f"global_shape for {n} tensors is None or a list with one shape (or None) per tensor, "
+                              f"got {global_shape!r}")
+    return list(global_shape)
+
+
+def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | None, global_shape: Any,
+                      check: bool | None, rule: str = "balanced") -> list:
+    """Every tensor of ``xs`` from its ``src`` to its ``dst`` in one call: one check for all,
+    one shared exchange of boxes (``coalesced.ManyRun``), the list of results."""
+    import numpy as np
+
+    from .execution import autograd, coalesced
+    from .execution.arrays import array_backend, dtype_name, is_numpy, is_torch, to_torch
+    from .execution.call import MISS, _signature
+
+    xs = list(xs)
+    n = len(xs)
+    world = mesh is None
+    on = comm if world else mesh.comm
+    try:
+        srcs, dsts, gshapes = _each("src", src, n), _each("dst", dst, n), _each_shape(global_shape, n)
+    except ReshardError as exc:
+        refuse("redistribute", np.zeros(1, np.int64), on, check, exc)
+    keys = tuple(_signature("redistribute", x, False, ()) for x in xs)
+    layouts = tuple((_key_placements(s, mesh), _key_placements(d, mesh)) if not world else (s, d)
+                    for s, d in zip(srcs, dsts))
+    args = (n, repr(keys), layouts, tuple(None if g is None else tuple(g) for g in gshapes),
+            None if world else mesh.shape, rule)
+    call = Call("redistribute", np.zeros(1, np.int64), on, check, ("tensors", "layouts", "global_shape"))
+    call.many = xs
+    done = call.replay(args) if None not in keys else MISS
+    if done is not MISS:
+        return done
+    mesh_shape = (call.size,) if world else mesh.shape
+    coord = (call.rank,) if world else mesh.coord
+    names = None if world else mesh.names
+    torch_arrays = call.arrays.name == "torch" or any(is_torch(x) for x in xs)
+
+    def check_all(_: Any) -> list:
+        out = []
+        for i, (x, s, d, g) in enumerate(zip(xs, srcs, dsts, gshapes)):
+            try:
+                from .execution.arrays import check_array
+
+                check_array(x, f"tensor {i}", need_dims=False)
+                out.append(validate.redistribute(x, s, d, mesh_shape, coord, g, rule, world, names))
+            except ReshardError as exc:
+                raise type(exc)(f"tensor {i}: {exc}") from None
+        return out
+
+    checked = call.validate(check_all, need_dims=False)
+    call.numpy_in = False  # each tensor converted below, each result back
+    call.arrays = array_backend("torch" if torch_arrays else "numpy")
+    described = [f"{dtype_name(x)} {x.ndim}-d" if hasattr(x, "ndim") and hasattr(x, "dtype") else type(x).__name__
+                 for x in xs]
+    texts = [f"{layout_text(a.src)} -> {layout_text(a.dst)}" for a in checked] if checked is not None else []
+    given = [None if a.global_shape is None else list(a.global_shape) for a in checked] if checked is not None else []
+    call.record.args = tuple(validate.crc(v) for v in (described, texts, (given, mesh_shape, rule)))
+    for name, value in zip(("tensors", "layouts", "global_shape"), (described, texts, given)):
+        mine = validate.crc(value)
+        call.arg_text[name] = lambda d, v=value, m=mine: repr(v) if d == m else "another value"
+    need = checked is not None and any(a.global_shape is None and any(isinstance(p, Shard) for p in a.src)
+                                      for a in checked)
+    call.agree(need_shapes=need)
+    shapes_of: list[list] = []
+    if need:  # every rank's shape of every tensor: one more small exchange (the count agreed above)
+        mine = np.array([int(v) for x in xs for v in x.shape] or [0], dtype=np.int64)
+        gathered = call.primitives.allgather_bytes(mine.view(np.uint8), "redistribute (check)")
+        call.checks += 1
+        call.gathered_raw = (call.gathered_raw or b"") + gathered.tobytes()
+        per_rank = np.ascontiguousarray(gathered).view(np.int64)
+        at = 0
+        for x in xs:
+            shapes_of.append([tuple(int(v) for v in row[at : at + x.ndim]) for row in per_rank])
+            at += x.ndim
+    parts, itemsizes = [], []
+    sub = (lambda m: call.comm) if world else mesh.sub
+    data = [_detached(to_torch(x) if torch_arrays and is_numpy(x) else x) for x in xs]
+    for i, (a, x) in enumerate(zip(checked, data)):
+        gshape = a.global_shape or (_global_shape(shapes_of[i], a.src, mesh_shape, rule, world) if shapes_of else
+                                    tuple(x.shape))
+        itemsizes.append(call.arrays.itemsize(x))
+        size = itemsizes[-1]
+        for s in gshape:
+            size *= int(s)
+        if a.src == a.dst:
+            parts.append(coalesced.Part("same", global_bytes=size))
+            continue
+        step = planner.exchange_boxes(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
+        if step is not None:
+            parts.append(coalesced.Part("boxes", step=step, global_bytes=size))
+        else:
+            plan = planner.redistribute(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
+            parts.append(coalesced.Part("own", run=execute.PlanRun(call, x, plan, sub, mesh_shape=mesh_shape),
+                                        global_bytes=size))
+    program = coalesced.ManyRun(parts, itemsizes, call.rank)
+    backs = [(with_order([planner.backward_placements(p, q)[0] for p, q in zip(a.src, a.dst)], orders_of(a.dst)),
+              with_order([planner.backward_placements(p, q)[1] for p, q in zip(a.src, a.dst)], orders_of(a.src)))
+             for a in checked]
+    gshapes_done = [tuple(int(v) for v in (a.global_shape or (_global_shape(shapes_of[i], a.src, mesh_shape, rule, world)
+                                                               if shapes_of else xs[i].shape)))
+                    for i, a in enumerate(checked)]
+
+    def run(k: Call, _: Any, prepared: Any = None) -> list:
+        given = k.many
+        inputs = [_detached(to_torch(x) if torch_arrays and is_numpy(x) else x) for x in given]
+        outs = program(k, inputs)
+        results = []
+        for i, (x, out) in enumerate(zip(given, outs)):
+            if out is inputs[i]:
+                results.append(x)  # nothing moved: the caller's own object
+                continue
+            if is_numpy(x) and not is_numpy(out):
+                out = out.numpy()
+            if is_torch(x) and x.requires_grad and sys.modules["torch"].is_grad_enabled():
+                out = autograd.attach(x, out, _reverse(k.comm, mesh, backs[i], gshapes_done[i], rule, world))
+            results.append(out)
+        return results
+
+    out = run(call, None)
+    if None in keys:
+        call.key = None  # an input that cannot key a replay
+    call.remember(run)
+    return call.result(out)
+
+
+def _detached(x: Any) -> Any:
+    return x.detach() if getattr(x, "requires_grad", False) else x
+
+
+def _reverse(comm: Comm, mesh: Mesh | None, back: tuple, gshape: tuple, rule: str, world: bool) -> Any:
+    """The gradient's change back for one tensor of a many-tensor call, unchecked."""
+    back_src, back_dst = back
+
+    def reverse(g: Any) -> Any:
+        if back_src == back_dst:
+            return g
+        if world:
+            return redistribute(g, back_src[0], back_dst[0], comm, None, gshape, False, rule)
+        return redistribute(g, back_src, back_dst, None, mesh, gshape, False, rule)
+
+    return reverse

@@ -147,6 +147,11 @@ def gather(x: Array, size: int, dim: Any, dst: Any) -> tuple[int, int]:
     return d, root
 
 
+def crc(v: Any) -> int:
+    """An argument as one integer for the agreement record: a checksum of its text."""
+    return zlib.crc32(repr(v).encode()) & 0x7FFFFFFF
+
+
 @dataclass(frozen=True)
 class RedistributeArgs:
     src: tuple[Placement, ...]  # one per mesh dim, Shard dims normalised
@@ -155,9 +160,6 @@ class RedistributeArgs:
 
     def code(self, mesh_shape: Sequence[int], rule: str) -> tuple[int, int, int]:
         """The arguments as three integers for the agreement record (any mesh size)."""
-        def crc(v: Any) -> int:
-            return zlib.crc32(repr(v).encode()) & 0x7FFFFFFF
-
         return crc(self.src), crc(self.dst), crc((tuple(mesh_shape), rule))
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..comm import Comm, current_or_none
-from ..planning.layout import Partial, Replicate, Shard
+from ..planning.layout import Layout, Partial, Replicate, Shard, Spec
 from . import handles
 from .activity import op_code
 from .arrays import is_numpy, is_torch, to_torch
@@ -48,6 +48,10 @@ def plain_key(value: Any) -> Any:
         return (Partial, value.op)
     if kind is Replicate or kind is bool:
         return (kind, value)
+    if kind is Layout:  # placements with split orders
+        return (Layout, tuple([plain_key(p) for p in value]), value.order)
+    if kind is Spec:
+        return (Spec, value.entries, value.partial)
     if hasattr(kind, "__index__") and kind.__name__ != "bool_":
         return operator.index(value)  # numpy's integers: the int they stand for
     raise TypeError(kind)

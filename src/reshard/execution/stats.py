@@ -51,6 +51,7 @@ class ExchangeStats:
     cross_host_bytes_sent: int = 0  # of bytes_sent, those to ranks on other hosts (comm.hosts)
     cross_host_messages: int = 0  # messages to ranks on other hosts (one per step and peer)
     steps: list[ExecutedStep] = field(default_factory=list)  # in the order they ran
+    tensors: list[ExchangeStats] = field(default_factory=list)  # a call on many tensors: each one's part
     _received_into: Any = field(default=0, repr=False, compare=False)  # an address, or a weakref to the result
 
     @property
@@ -77,6 +78,7 @@ class ExchangeStats:
         """A copy with a list of steps of its own."""
         made = copy.copy(self)
         made.steps = list(self.steps)
+        made.tensors = [t.copy() for t in self.tensors]
         return made
 
     def received_at(self, address: int) -> None:

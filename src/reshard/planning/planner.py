@@ -209,6 +209,22 @@ def redistribute(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
     return RankPlan("redistribute", rank, size, _mesh(MeshPlan(shape, src, dst, mesh_shape, rule), rank))
 
 
+def exchange_boxes(global_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
+                   mesh_shape: Sequence[int], rank: int, rule: str = "balanced") -> ExchangeBoxes | None:
+    """The change as one exchange of boxes on the whole mesh, for a call that moves many
+    tensors in one exchange: where no value is reduced or filled (Shard/Replicate, and Partial
+    kept as it is, on both sides); None otherwise (the tensor then takes ``redistribute``'s plan)."""
+    shape = tuple(int(g) for g in global_shape)
+    mesh_shape = tuple(int(m) for m in mesh_shape)
+    plan = MeshPlan(shape, normalized(src, len(shape)), normalized(dst, len(shape)), mesh_shape, rule)
+    if plan.reductions or plan.owned_dims or plan.fill_op is not None:
+        return None
+    moves = plan.moves()
+    sends, recvs = plan.rank_exchange(rank) if moves else ([], [])
+    return ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs), tuple(plan.kept(rank)),
+                         None, moves)
+
+
 def first_send(local_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
                mesh_shape: Sequence[int], rule: str = "balanced") -> tuple[int, tuple[int, ...]] | None:
     """(split dim, lengths sent to each rank) of the all_to_all a world's ``redistribute``

@@ -1,0 +1,109 @@
+"""Rank functions for many tensors in one ``redistribute`` call: each returns what it got, for
+the test process to check against numpy slices of the full arrays and against separate calls."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import reshard as rs
+from tests.helpers.oracle import pattern
+
+
+def _inputs(cases, coord, mesh_shape):
+    out = []
+    for shape, dtype, src, _ in cases:
+        full = pattern(shape, dtype)
+        out.append(np.ascontiguousarray(rs.local_shard(full, src, coord, mesh_shape)))
+    return out
+
+
+def many_and_separate(comm, mesh_shape, cases, as_torch, repeats=2):
+    """``cases``: (shape, dtype, src, dst) per tensor, src/dst one per mesh dim (a 1-tuple on a
+    world). The list call (``repeats`` times) and the separate calls on the same inputs:
+    (the list's results per repeat, whether each repeat was a replay, the separate results,
+    the list call's steps, its per-tensor steps)."""
+    world = len(mesh_shape) == 1
+    mesh = None if world else rs.Mesh(mesh_shape, comm=comm)
+    coord = (comm.rank,) if world else mesh.coord
+    xs = _inputs(cases, coord, mesh_shape)
+    if as_torch:
+        import torch
+
+        xs = [torch.from_numpy(x) for x in xs]
+    srcs = [c[2][0] if world else c[2] for c in cases]
+    dsts = [c[3][0] if world else c[3] for c in cases]
+    runs, replayed = [], []
+    for _ in range(repeats):
+        ys = rs.redistribute(xs, srcs, dsts, mesh=mesh)
+        stats = rs.last_exchange()
+        runs.append([np.asarray(y).copy() for y in ys])
+        replayed.append(stats.replayed)
+    steps = [s.collective for s in stats.steps]
+    per_tensor = [[s.collective for s in t.steps] for t in stats.tensors]
+    separate = [np.asarray(rs.redistribute(x, s, d, mesh=mesh)).copy() for x, s, d in zip(xs, srcs, dsts)]
+    return runs, replayed, separate, steps, per_tensor
+
+
+def many_grads_and_started(comm, shapes):
+    """Torch tensors on the tape, S(0) -> S(1) in one call: the gradients of sum(y_i * w_i)
+    against those of the separate calls, and a started call's results against the blocking one."""
+    import torch
+
+    xs = [torch.from_numpy(rs.local_shard(pattern(s, "float64"), rs.Shard(0), comm.rank, comm.size).copy())
+          for s in shapes]
+    weights = [torch.from_numpy(pattern(s, "float64")) / 5 for s in shapes]
+    grads = []
+    for together in (True, False):
+        leaves = [x.clone().requires_grad_(True) for x in xs]
+        ys = rs.redistribute(leaves, rs.Shard(0), rs.Shard(1)) if together else [
+            rs.redistribute(x, rs.Shard(0), rs.Shard(1)) for x in leaves]
+        loss = sum((y * rs.local_shard(w, rs.Shard(1), comm.rank, comm.size)).sum() for y, w in zip(ys, weights))
+        loss.backward()
+        grads.append([leaf.grad.numpy().copy() for leaf in leaves])
+    blocking = rs.redistribute(xs, rs.Shard(0), rs.Shard(1))
+    started = rs.redistribute(xs, rs.Shard(0), rs.Shard(1), async_op=True).wait()
+    same = all(torch.equal(a, b) for a, b in zip(blocking, started))
+    return grads, same
+
+
+def many_bad(comm, case):
+    """One bad input among many: the error's class and text on this rank."""
+    xs = [np.zeros((4, 6), np.float32) for _ in range(3)]
+    src, dst = rs.Shard(0), rs.Shard(1)
+    if case == "dtype on rank 1" and comm.rank == 1:
+        xs[2] = xs[2].astype(np.float64)
+    if case == "bad dim on rank 0":
+        dst = [rs.Shard(1), rs.Shard(5) if comm.rank == 0 else rs.Shard(1), rs.Shard(1)]
+    if case == "count on rank 1" and comm.rank == 1:
+        xs = xs[:2]
+    if case == "src list length":
+        src = [rs.Shard(0), rs.Shard(0)]
+    try:
+        rs.redistribute(xs, src, dst)
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    return "ok", ""
+
+
+def many_dtensors(comm):
+    """DTensors in one call against DTensor's own redistribute of each; tensors of two meshes refused."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    device_mesh = init_device_mesh("cpu", (2, 2))
+    fulls = [torch.from_numpy(pattern(s, "float32")) for s in ((8, 6), (5, 7), (3, 4, 2))]
+    srcs = [[Shard(0), Shard(1)], [Shard(1), Replicate()], [Replicate(), Shard(2)]]
+    dsts = [[Shard(1), Shard(0)], [Shard(0), Shard(0)], [Shard(0), Replicate()]]
+    dts = [distribute_tensor(f, device_mesh, s) for f, s in zip(fulls, srcs)]
+    ours = rs.redistribute(dts, dst=dsts)
+    out = [(torch.equal(o.to_local(), d.redistribute(device_mesh, p).to_local()), torch.equal(o.full_tensor(), f),
+            list(o.placements) == p) for o, d, p, f in zip(ours, dts, dsts, fulls)]
+    other = init_device_mesh("cpu", (4,))
+    mixed = [dts[0], distribute_tensor(fulls[1], other, [Shard(0)])]
+    try:
+        rs.redistribute(mixed, dst=[Replicate(), Replicate()])
+        refused = "ok"
+    except rs.ReshardError as exc:
+        refused = f"{type(exc).__name__}: {exc}"
+    return out, refused

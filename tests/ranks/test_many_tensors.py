@@ -1,0 +1,99 @@
+"""Many tensors in one ``redistribute`` call: different shapes, dtypes and layouts (Partial
+included) give, bit for bit, what the separate calls give and what numpy slices of the full
+arrays say; the exchanges of boxes travel as one step; replays, started calls, gradients,
+DTensors and bad input behave as for one tensor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import reshard as rs
+from tests.helpers import many_rank
+from tests.helpers.oracle import pattern
+
+S, R, P = rs.Shard, rs.Replicate, rs.Partial
+
+WORLD_CASES = [  # (shape, dtype, src, dst), one placement each side on a world
+    ((8, 6), "float32", (S(0),), (S(1),)),
+    ((7, 5), "float64", (S(0),), (S(1),)),
+    ((5, 3, 4), "int64", (S(1),), (S(2),)),
+    ((0, 3), "float32", (S(0),), (S(1),)),
+    ((9,), "int32", (S(0),), (R(),)),
+    ((6, 4), "complex64", (R(),), (S(1),)),
+    ((4, 4), "float32", (S(0),), (S(0),)),  # unchanged: the input itself
+    ((8, 6), "float32", (S(0),), (S(1),)),  # the first again
+    ((6, 5), "float64", (P(),), (S(0),)),  # reduced: its own plan, in the same call
+]
+MESH_CASES = [  # on a 2x2 mesh
+    ((8, 6), "float32", (S(0), S(1)), (S(1), S(0))),
+    ((7, 5), "float64", (S(0), S(0)), rs.Spec((1, 0), None).resolve(2)),
+    ((5, 3, 4), "int64", (R(), S(2)), (S(0), R())),
+    ((3, 2), "float32", (S(0), R()), (S(0), R())),
+    ((6, 4), "float64", (P(), S(1)), (S(0), S(1))),
+    ((0, 5), "float32", (S(0), S(1)), (S(1), S(0))),
+]
+
+
+def _oracle(shape, dtype, dst, coord, mesh_shape):
+    return np.asarray(rs.local_shard(pattern(shape, dtype), dst, coord, mesh_shape))
+
+
+@pytest.mark.parametrize("engine,as_torch", [("gloo", False), ("gloo", True), ("mpi", False)])
+@pytest.mark.parametrize("where", ["world", "mesh"])
+def test_one_call_equals_the_separate_calls_and_numpy(engine, as_torch, where):
+    cases, mesh_shape = (WORLD_CASES, (3,)) if where == "world" else (MESH_CASES, (2, 2))
+    size = int(np.prod(mesh_shape))
+    results = rs.spawn(many_rank.many_and_separate, size, engine=engine, args=(mesh_shape, cases, as_torch),
+                       timeout=300)
+    for r, (runs, replayed, separate, steps, per_tensor) in enumerate(results):
+        coord = np.unravel_index(r, mesh_shape)
+        assert replayed == [False, True], replayed
+        for run in runs:
+            for k, (shape, dtype, src, dst) in enumerate(cases):
+                got = run[k]
+                assert got.dtype == separate[k].dtype and np.array_equal(got, separate[k]), (r, k)
+                if not any(isinstance(p, P) for p in src):  # a Partial source's input is not the full tensor
+                    assert np.array_equal(got, _oracle(shape, dtype, dst, coord, mesh_shape)), (r, k)
+        # every exchange of boxes in one step; the reduced tensor's own steps after it
+        reduced = [k for k, c in enumerate(cases) if any(isinstance(p, P) for p in c[2])]
+        assert steps[0] == "all_to_all" and steps.count("all_to_all") == 1, steps
+        assert len(per_tensor) == len(cases) and all(per_tensor[k] for k in reduced), per_tensor
+
+
+def test_the_partial_tensor_sums_like_a_separate_call():
+    # rank 0 holds the full tensor, the others zeros (local_shard's Partial): they sum to it
+    cases = [((6, 5), "float64", (P(),), (S(0),)), ((4, 3), "float32", (S(0),), (S(1),))]
+    results = rs.spawn(many_rank.many_and_separate, 3, args=((3,), cases, False, 1), timeout=120)
+    full = pattern((6, 5), "float64")
+    for r, (runs, _, separate, _, _) in enumerate(results):
+        assert np.array_equal(runs[0][0], separate[0])
+        assert np.array_equal(runs[0][0], rs.local_shard(full, S(0), r, 3))
+
+
+def test_gradients_and_started_calls_as_for_one_tensor():
+    shapes = [(6, 4), (5, 7), (3, 3)]
+    for grads, same in rs.spawn(many_rank.many_grads_and_started, 2, args=(shapes,), timeout=120):
+        together, separate = grads
+        assert all(np.array_equal(a, b) for a, b in zip(together, separate))
+        assert same
+
+
+@pytest.mark.parametrize("case,kind,words", [
+    ("dtype on rank 1", "MismatchError", "tensors"),
+    ("bad dim on rank 0", "InvalidArgument", "tensor 1"),
+    ("count on rank 1", "MismatchError", "tensors"),
+    ("src list length", "InvalidArgument", "one per tensor"),
+])
+def test_bad_input_among_many_names_the_tensor_on_every_rank(case, kind, words):
+    for rank, (got, text) in enumerate(rs.spawn(many_rank.many_bad, 3, args=(case,), timeout=120)):
+        assert got == kind and words in text, (rank, got, text)
+        if case == "bad dim on rank 0":
+            assert "rank 0" in text
+
+
+def test_dtensors_in_one_call_as_dtensor_moves_each():
+    pytest.importorskip("torch.distributed.tensor")
+    for out, refused in rs.spawn(many_rank.many_dtensors, 4, timeout=300):
+        assert all(all(flags) for flags in out), out
+        assert refused.startswith("InvalidArgument") and "another device mesh" in refused, refused
