@@ -11,7 +11,7 @@ from .engines.available import ENGINES
 from .errors import InvalidArgument, ReshardError
 from .messages import LANGS, say
 from .planning.layout import Shard
-from .tools.cli_common import make_console, parse_shape, placement, positive
+from .tools.cli_common import make_console, parse_shape, parse_shapes, placement, positive
 from .tools.cli_plan import cmd_plan
 
 # Here rather than in bench (which imports numpy), so the CLI starts light; bench's docstring
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--top-k", type=positive, default=2, help="with --moe: experts per token (default 2)")
 
     plan = sub.add_parser("plan", help="plan an exchange without starting ranks")
-    plan.add_argument("--shape", type=parse_shape, help="global shape, e.g. 8192x8192 or 64x32x16 (required with --ranks and --mesh; with --hosts default 65536x65536)")
+    plan.add_argument("--shape", type=parse_shapes, help="global shape, e.g. 8192x8192 or 64x32x16 (required with --ranks and --mesh; with --hosts default 65536x65536); several, comma-separated (8x8,16x4): the tensors of one call")
     where = plan.add_mutually_exclusive_group()
     where.add_argument("--ranks", type=positive, help="number of ranks (a 1-D world)")
     where.add_argument("--mesh", type=parse_shape, help="a process mesh, e.g. 2x2 or 64x64; then --src and --dst give one placement per mesh dim")

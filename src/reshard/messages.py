@@ -213,6 +213,16 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "en": "  {k}. {collective} over {over}: each rank sends {low} to {high} ({total} in all), receives at most {most_in}",
         "ko": "  {k}. {over}에서 {collective}: rank마다 {low}~{high} 송신 (전체 {total}), 최대 {most_in} 수신",
     },
+    "meshplan.many": {
+        "en": "In one call: {n} tensors, one check; every exchange of boxes in one step, each rank sending {low} to "
+              "{high} and receiving at most {most_in}",
+        "ko": "한 번의 호출: 텐서 {n}개, 검사 한 번; 모든 상자 교환을 한 단계에서, 각 rank가 {low}~{high}를 보내고 "
+              "최대 {most_in}를 받음",
+    },
+    "meshplan.own": {
+        "en": "; {own} tensor(s) reduced by their own steps after it",
+        "ko": "; 텐서 {own}개는 그 뒤 자기 단계로 합산",
+    },
     "meshplan.bound": {
         "en": "exchange: {total} on the wire; lower bound {bound} (what the ranks need and do not hold)",
         "ko": "교환: 전송량 {total}; 하한 {bound} (rank들이 필요하지만 갖지 않은 것)",

@@ -70,6 +70,11 @@ def all_to_all(
     Copies: at most one pack and one unpack; the engine's form decides (see ``reshard.execution.execute``).
     With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
+
+    Many tensors: ``x`` a list (or tuple) of tensors, ``src``/``dst`` one layout for all or a
+    list with one per tensor, ``global_shape`` None or a list with one per tensor; returns the
+    list of results, made with one check and one shared exchange (``last_exchange().tensors``
+    gives each tensor's part).
     """
     if async_op:
         return run_started("all_to_all", lambda: all_to_all(x, split_dim, concat_dim, comm, split_sizes, check=check,
@@ -298,10 +303,10 @@ def redistribute(
         return run_started(
             "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
     if isinstance(x, (list, tuple)):  # many tensors in one call
-        dtensors = [type(t).__name__ == "DTensor" for t in x]
-        if x and all(dtensors):
+        kinds = {t.__name__ == "DTensor" for t in set(map(type, x))}
+        if kinds == {True}:
             return redistribution.redistribute_dtensors(list(x), None if src is _SRC_NOT_GIVEN else src, dst, check)
-        if any(dtensors):
+        if True in kinds:
             refuse("redistribute", np.zeros(1, np.int64), comm if mesh is None else mesh.comm, check, InvalidArgument(
                 "redistribute: a list holds DTensors and plain tensors; pass DTensors alone (they carry their layout)"))
         return redistribution.redistribute_many(x, src, dst, comm, mesh, global_shape, check)

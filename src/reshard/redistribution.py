@@ -8,9 +8,13 @@ changed on its own device mesh with DTensor's split rule, and wrapped again.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import sys
 from typing import Any
+
+import numpy as np
 
 from . import validate
 from .comm import Comm
@@ -277,16 +281,26 @@ def _each_shape(global_shape: Any, n: int) -> list:
     return list(global_shape)
 
 
+_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
+_TOKENS: dict[tuple, int] = {}  # a many-tensor call's full signature -> the small key its replays go by
+_NEXT_TOKEN = itertools.count(1)
+
+
+def _token(signature: tuple) -> int:
+    """A number standing for ``signature`` (every tensor's type, dtype, shape and layouts), so
+    that a replay's key is one int; a new signature gets a new number, never a used one."""
+    token = _TOKENS.get(signature)
+    if token is None:
+        if len(_TOKENS) >= 1024:
+            _TOKENS.clear()
+        token = _TOKENS[signature] = next(_NEXT_TOKEN)
+    return token
+
+
 def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | None, global_shape: Any,
                       check: bool | None, rule: str = "balanced") -> list:
     """Every tensor of ``xs`` from its ``src`` to its ``dst`` in one call: one check for all,
     one shared exchange of boxes (``coalesced.ManyRun``), the list of results."""
-    import numpy as np
-
-    from .execution import autograd, coalesced
-    from .execution.arrays import array_backend, dtype_name, is_numpy, is_torch, to_torch
-    from .execution.call import MISS, _signature
-
     xs = list(xs)
     n = len(xs)
     world = mesh is None
@@ -295,16 +309,38 @@ def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh
         srcs, dsts, gshapes = _each("src", src, n), _each("dst", dst, n), _each_shape(global_shape, n)
     except ReshardError as exc:
         refuse("redistribute", np.zeros(1, np.int64), on, check, exc)
-    keys = tuple(_signature("redistribute", x, False, ()) for x in xs)
-    layouts = tuple((_key_placements(s, mesh), _key_placements(d, mesh)) if not world else (s, d)
-                    for s, d in zip(srcs, dsts))
-    args = (n, repr(keys), layouts, tuple(None if g is None else tuple(g) for g in gshapes),
-            None if world else mesh.shape, rule)
+    kinds = set(map(type, xs))
+    if kinds == {np.ndarray}:  # the common case, kept cheap: it runs on every replay
+        shapes: tuple = (np.ndarray, tuple(map(_DTYPE, xs)), tuple(map(_SHAPE, xs)))
+    else:
+        shapes = tuple([(type(x), getattr(x, "dtype", None), getattr(x, "shape", None),
+                         getattr(x, "requires_grad", False)) for x in xs])
+    if world:
+        layouts = (src, dst) if not isinstance(src, list) and not isinstance(dst, list) else (tuple(srcs), tuple(dsts))
+    else:
+        layouts = tuple((_key_placements(s, mesh), _key_placements(d, mesh)) for s, d in
+                        (zip(srcs, dsts) if isinstance(src, list) or isinstance(dst, list) else [(src, dst)]))
+    try:
+        signature = (shapes, layouts, None if global_shape is None else tuple(
+            None if g is None else tuple(g) for g in gshapes), None if world else (mesh.shape, id(mesh)), rule)
+        args: tuple = (_token(signature),)
+    except TypeError:  # something unhashable among the arguments: no replay
+        args = (object(),)
     call = Call("redistribute", np.zeros(1, np.int64), on, check, ("tensors", "layouts", "global_shape"))
     call.many = xs
-    done = call.replay(args) if None not in keys else MISS
+    done = call.replay(args)
     if done is not MISS:
         return done
+    return _many_first(call, xs, srcs, dsts, gshapes, mesh, rule)
+
+
+def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mesh: Mesh | None, rule: str) -> list:
+    """A many-tensor call's full path: validate every tensor, agree once, learn the global
+    shapes, plan each tensor's part, run the program, keep it for the replays."""
+    from .execution import autograd, coalesced
+    from .execution.arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
+
+    world = mesh is None
     mesh_shape = (call.size,) if world else mesh.shape
     coord = (call.rank,) if world else mesh.coord
     names = None if world else mesh.names
@@ -314,8 +350,6 @@ def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh
         out = []
         for i, (x, s, d, g) in enumerate(zip(xs, srcs, dsts, gshapes)):
             try:
-                from .execution.arrays import check_array
-
                 check_array(x, f"tensor {i}", need_dims=False)
                 out.append(validate.redistribute(x, s, d, mesh_shape, coord, g, rule, world, names))
             except ReshardError as exc:
@@ -347,53 +381,59 @@ def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh
         for x in xs:
             shapes_of.append([tuple(int(v) for v in row[at : at + x.ndim]) for row in per_rank])
             at += x.ndim
-    parts, itemsizes = [], []
     sub = (lambda m: call.comm) if world else mesh.sub
-    data = [_detached(to_torch(x) if torch_arrays and is_numpy(x) else x) for x in xs]
-    for i, (a, x) in enumerate(zip(checked, data)):
-        gshape = a.global_shape or (_global_shape(shapes_of[i], a.src, mesh_shape, rule, world) if shapes_of else
-                                    tuple(x.shape))
-        itemsizes.append(call.arrays.itemsize(x))
-        size = itemsizes[-1]
-        for s in gshape:
-            size *= int(s)
+    parts, gshapes_done, own = [], [], []
+    for i, (a, x) in enumerate(zip(checked, xs)):
+        gshape = tuple(int(v) for v in (a.global_shape or (_global_shape(shapes_of[i], a.src, mesh_shape, rule, world)
+                                                            if shapes_of else x.shape)))
+        gshapes_done.append(gshape)
+        size = call.arrays.itemsize(x) if not is_numpy(x) else x.dtype.itemsize
+        for v in gshape:
+            size *= v
         if a.src == a.dst:
             parts.append(coalesced.Part("same", global_bytes=size))
             continue
         step = planner.exchange_boxes(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
         if step is not None:
-            parts.append(coalesced.Part("boxes", step=step, global_bytes=size))
-        else:
-            plan = planner.redistribute(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
-            parts.append(coalesced.Part("own", run=execute.PlanRun(call, x, plan, sub, mesh_shape=mesh_shape),
-                                        global_bytes=size))
-    program = coalesced.ManyRun(parts, itemsizes, call.rank)
+            group = (type(x), str(x.dtype), tuple(x.shape), a.src, a.dst, gshape)
+            parts.append(coalesced.Part("boxes", step=step, global_bytes=size, group=group))
+            continue
+        own.append(i)
+        plan = planner.redistribute(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
+        data = _detached(to_torch(x) if torch_arrays and is_numpy(x) else x)
+        parts.append(coalesced.Part("own", run=execute.PlanRun(call, data, plan, sub, mesh_shape=mesh_shape),
+                                    global_bytes=size))
+    program = coalesced.ManyRun(parts, [x.dtype.itemsize if is_numpy(x) else x.element_size() for x in xs], call.rank)
     backs = [(with_order([planner.backward_placements(p, q)[0] for p, q in zip(a.src, a.dst)], orders_of(a.dst)),
               with_order([planner.backward_placements(p, q)[1] for p, q in zip(a.src, a.dst)], orders_of(a.src)))
              for a in checked]
-    gshapes_done = [tuple(int(v) for v in (a.global_shape or (_global_shape(shapes_of[i], a.src, mesh_shape, rule, world)
-                                                               if shapes_of else xs[i].shape)))
-                    for i, a in enumerate(checked)]
+    own_set = set(own)
+    grad_on = torch_arrays and any(is_torch(x) for x in xs)
+
+    mixed = len({is_numpy(x) for x in xs}) > 1  # numpy arrays beside torch tensors: all moved as torch
+    plain = not own_set and not grad_on and not mixed  # one kind, off the tape: the inputs as they are
 
     def run(k: Call, _: Any, prepared: Any = None) -> list:
         given = k.many
-        inputs = [_detached(to_torch(x) if torch_arrays and is_numpy(x) else x) for x in given]
+        if plain:
+            return program(k, given)
+        inputs = [(_detached(to_torch(x) if torch_arrays and is_numpy(x) else x) if mixed or i in own_set
+                   else _detached(x)) for i, x in enumerate(given)]
         outs = program(k, inputs)
         results = []
+        taped = grad_on and sys.modules["torch"].is_grad_enabled()
         for i, (x, out) in enumerate(zip(given, outs)):
             if out is inputs[i]:
                 results.append(x)  # nothing moved: the caller's own object
                 continue
             if is_numpy(x) and not is_numpy(out):
                 out = out.numpy()
-            if is_torch(x) and x.requires_grad and sys.modules["torch"].is_grad_enabled():
+            elif taped and x.requires_grad:
                 out = autograd.attach(x, out, _reverse(k.comm, mesh, backs[i], gshapes_done[i], rule, world))
             results.append(out)
         return results
 
     out = run(call, None)
-    if None in keys:
-        call.key = None  # an input that cannot key a replay
     call.remember(run)
     return call.result(out)
 

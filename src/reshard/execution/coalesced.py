@@ -4,22 +4,26 @@ costs about what one call on their bytes costs.
 
 Each tensor is one of three parts: ``same`` (its layout does not change: the input is the
 result), ``boxes`` (a change that reduces nothing: its boxes join the shared exchange) or
-``own`` (Partial values reduced or filled: its own plan, run in the same call). The shared
-exchange runs in batches of consecutive tensors whose global bytes add up to at most the
-largest one's (the same on every rank), so its buffers never exceed what the largest
-tensor's own call would take. In each message a tensor's piece starts at a multiple of 16
-bytes: both ends work out the same offsets from the same boxes.
+``own`` (Partial values reduced or filled: its own plan, run in the same call). Tensors of
+``boxes`` with the same local shape, dtype, layouts and global shape form a group whose boxes
+are the same on this rank: the group is stacked along a new leading dim and moves as one
+tensor, so packing costs a copy per peer and group, not per tensor. The shared exchange runs
+in batches of groups (a big group cut into chunks) whose global bytes add up to at most the
+largest tensor's (4 MiB at least; the same on every rank), so its buffers stay within what
+that tensor's own call would take. In each message a chunk's piece starts at a multiple of
+16 bytes: both ends work out the same offsets from the same boxes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..planning.steps import ExchangeBoxes
+from .buffers import pack_buffer
 from .execute import PlanRun
-from .stats import ExchangeStats
+from .stats import ExchangeStats, ExecutedStep
 
 Array = Any
 Box = tuple[tuple[int, int], ...]
@@ -35,7 +39,7 @@ def _numel(box: Box) -> int:
 
 
 def _slices(box: Box, origin: Box) -> tuple[slice, ...]:
-    return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
+    return (slice(None),) + tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
 
 
 def _aligned(n: int) -> int:
@@ -50,128 +54,202 @@ class Part:
     step: ExchangeBoxes | None = None  # kind "boxes"
     run: PlanRun | None = None  # kind "own"
     global_bytes: int = 0
+    group: Any = None  # kind "boxes": what tensors of one group share (local shape, dtype, boxes)
+
+
+@dataclass
+class _Chunk:
+    """Tensors of one group moved together: stacked, they are one tensor of ``len(members)``
+    more rows along a new leading dim."""
+
+    members: list[int]
+    step: ExchangeBoxes
+    itemsize: int
+    sends: list[tuple[int, Box, int, int]] = field(default_factory=list)  # (peer, box, offset, bytes)
+    recvs: list[tuple[int, Box, int, int]] = field(default_factory=list)
 
 
 class _Batch:
-    """Consecutive ``boxes`` tensors exchanged together: per peer, each tensor's pieces at
-    fixed byte offsets of one message."""
+    """Chunks exchanged together: per peer, each chunk's piece at a fixed byte offset of one message."""
 
-    def __init__(self, members: list[int], parts: Sequence[Part], itemsizes: Sequence[int], rank: int):
-        self.members = members
-        self.sends: dict[int, list[tuple[int, Box, int, int]]] = {}  # peer -> (tensor, box, offset, bytes)
-        self.recvs: dict[int, list[tuple[int, Box, int, int]]] = {}
+    def __init__(self, chunks: list[_Chunk], rank: int):
+        self.chunks = chunks
         self.send_sizes: dict[int, int] = {}
         self.recv_sizes: dict[int, int] = {}
-        for side, table, sizes in (("sends", self.sends, self.send_sizes), ("recvs", self.recvs, self.recv_sizes)):
-            for i in members:
-                for peer, box in getattr(parts[i].step, side):
-                    n = _numel(box) * itemsizes[i]
+        for chunk in chunks:
+            rows = len(chunk.members)
+            for pairs, table, sizes in ((chunk.step.sends, chunk.sends, self.send_sizes),
+                                        (chunk.step.recvs, chunk.recvs, self.recv_sizes)):
+                for peer, box in pairs:
+                    n = rows * _numel(box) * chunk.itemsize
                     if peer == rank or not n:
                         continue
                     at = sizes.get(peer, 0)
-                    table.setdefault(peer, []).append((i, box, at, n))
+                    table.append((peer, box, at, n))
                     sizes[peer] = at + _aligned(n)
-        self.send_total = sum(self.send_sizes.values())
-        self.recv_total = sum(self.recv_sizes.values())
+        self.send_peers, self.recv_peers = sorted(self.send_sizes), sorted(self.recv_sizes)
+        self.send_at = _starts(self.send_peers, self.send_sizes)
+        self.recv_at = _starts(self.recv_peers, self.recv_sizes)
+        self.send_total, self.recv_total = sum(self.send_sizes.values()), sum(self.recv_sizes.values())
+        self.sent = sum(n for c in chunks for _, _, _, n in c.sends)
+        self.received = sum(n for c in chunks for _, _, _, n in c.recvs)
+
+
+def _starts(peers: list[int], sizes: dict[int, int]) -> dict[int, int]:
+    out, at = {}, 0
+    for p in peers:
+        out[p] = at
+        at += sizes[p]
+    return out
 
 
 class ManyRun:
     """The program of one call on many tensors; calling it on the (converted, detached)
-    inputs returns their results, recording the call's stats and each tensor's."""
+    inputs returns their results, recording the call's stats (and each tensor's, the same
+    every run: worked out here)."""
 
     def __init__(self, parts: list[Part], itemsizes: list[int], rank: int):
         self.parts = parts
-        self.itemsizes = itemsizes
         self.rank = rank
-        moving = [i for i, p in enumerate(parts) if p.kind == "boxes" and p.step.moves]
-        cap = max([MIN_BATCH_BYTES] + [parts[i].global_bytes for i in moving])
+        groups: dict[Any, list[int]] = {}
+        for i, p in enumerate(parts):
+            if p.kind == "boxes":
+                groups.setdefault(p.group, []).append(i)
+        self.local_groups: list[_Chunk] = []  # nothing moves anywhere: what each rank keeps
+        moving: list[_Chunk] = []
+        cap = max([MIN_BATCH_BYTES] + [p.global_bytes for p in parts if p.kind == "boxes"])
+        for members in groups.values():
+            step = parts[members[0]].step
+            per = max(1, cap // max(1, parts[members[0]].global_bytes))
+            for k in range(0, len(members), per):
+                chunk = _Chunk(members[k : k + per], step, itemsizes[members[0]])
+                (moving if step.moves else self.local_groups).append(chunk)
         self.batches: list[_Batch] = []
-        group: list[int] = []
+        batch: list[_Chunk] = []
         total = 0
-        for i in moving:
-            if group and total + parts[i].global_bytes > cap:
-                self.batches.append(_Batch(group, parts, itemsizes, rank))
-                group, total = [], 0
-            group.append(i)
-            total += parts[i].global_bytes
-        if group:
-            self.batches.append(_Batch(group, parts, itemsizes, rank))
+        for chunk in moving:
+            size = sum(parts[i].global_bytes for i in chunk.members)
+            if batch and total + size > cap:
+                self.batches.append(_Batch(batch, rank))
+                batch, total = [], 0
+            batch.append(chunk)
+            total += size
+        if batch:
+            self.batches.append(_Batch(batch, rank))
+        self.tensor_stats = [ExchangeStats("redistribute") for _ in parts]
+        for b in self.batches:
+            for chunk in b.chunks:
+                rows = len(chunk.members)
+                sent = sum(n for _, _, _, n in chunk.sends) // rows
+                received = sum(n for _, _, _, n in chunk.recvs) // rows
+                for i in chunk.members:
+                    mine = self.tensor_stats[i]
+                    mine.bytes_sent, mine.bytes_received = sent, received
+                    mine.steps = [ExecutedStep("all_to_all", sent, received)]
 
     def __call__(self, k: Any, xs: Sequence[Array]) -> list[Array]:
-        arrays, stats, tally = k.arrays, k.stats, k.tally
+        stats = k.stats
         outs: list[Array] = [None] * len(xs)
-        per_tensor = [ExchangeStats(k.op) for _ in xs]
-        for i, (part, x) in enumerate(zip(self.parts, xs)):
+        for i, part in enumerate(self.parts):
             if part.kind == "same":
-                outs[i] = x
-            elif part.kind == "boxes":  # the result, with what this rank keeps of its own
-                step = part.step
-                out = arrays.empty(tuple(b - a for a, b in step.target), like=x)
-                for box in step.kept:
-                    arrays.copy(out[_slices(box, step.target)], x[_slices(box, step.held)])
-                outs[i] = out
-                stats.allocated_bytes += _numel(step.target) * self.itemsizes[i]
+                outs[i] = xs[i]
+        for chunk in self.local_groups:
+            self._keep(k, chunk, self._stack(chunk, xs), outs)
         for batch in self.batches:
-            self._exchange(k, batch, xs, outs, per_tensor)
+            self._exchange(k, batch, xs, outs)
         for i, part in enumerate(self.parts):
             if part.kind == "own":  # its own steps, recorded in the call's stats as they run
                 before = (stats.bytes_sent, stats.bytes_received, len(stats.steps))
                 outs[i] = part.run(k, xs[i])
-                mine = per_tensor[i]
+                mine = self.tensor_stats[i]
                 mine.bytes_sent, mine.bytes_received = stats.bytes_sent - before[0], stats.bytes_received - before[1]
                 mine.steps = stats.steps[before[2]:]
-        stats.tensors = per_tensor
+        stats.tensors = self.tensor_stats
+        tally = k.tally
         tally.packs = tally.unpacks = tally.allocated = 0
         tally.landing = None
         stats.metadata_exchanges = k.checks
         stats.replayed = k.replaying
         return outs
 
-    def _exchange(self, k: Any, batch: _Batch, xs: Sequence[Array], outs: list[Array],
-                  per_tensor: list[ExchangeStats]) -> None:
+    @staticmethod
+    def _stack(chunk: _Chunk, xs: Sequence[Array]) -> Array:
+        """The chunk's inputs as one array (of their kind) with a new leading dim: one copy,
+        joined end to end (numpy's and torch's ``stack`` cost more per array)."""
+        members = [xs[i] for i in chunk.members]
+        shape = (len(members), *members[0].shape)
+        if type(members[0]).__module__ == "numpy":
+            import numpy as np
+
+            return np.concatenate(members).reshape(shape) if members[0].ndim else np.stack(members)
+        import torch
+
+        return torch.cat(members).reshape(shape) if members[0].dim() else torch.stack(members)
+
+    def _keep(self, k: Any, chunk: _Chunk, stacked: Array, outs: list[Array]) -> Array:
+        """The chunk's results, as one stacked array (of the inputs' kind) with what this rank
+        keeps of its own in it."""
+        step = chunk.step
+        shape = (len(chunk.members), *(b - a for a, b in step.target))
+        if type(stacked).__module__ == "numpy":
+            import numpy as np
+
+            out = np.empty(shape, dtype=stacked.dtype)
+        else:
+            out = stacked.new_empty(shape)
+        k.stats.allocated_bytes += len(chunk.members) * _numel(step.target) * chunk.itemsize
+        for box in step.kept:
+            out[_slices(box, step.target)] = stacked[_slices(box, step.held)]
+        first, count = chunk.members[0], len(chunk.members)
+        if chunk.members[-1] - first == count - 1:  # consecutive tensors (the usual case): one slice
+            outs[first : first + count] = list(out)
+        else:
+            for i, one in zip(chunk.members, out):
+                outs[i] = one
+        return out
+
+    def _exchange(self, k: Any, batch: _Batch, xs: Sequence[Array], outs: list[Array]) -> None:
         """One message per peer and direction: the batch's pieces packed, exchanged, unpacked."""
         arrays, stats = k.arrays, k.stats
-        send = _bytes(arrays, batch.send_total)
-        recv = _bytes(arrays, batch.recv_total)
-        stats.allocated_bytes += batch.send_total + batch.recv_total
-        started = stats.begin_step()
-        send_views, recv_views = [], []
-        at = 0
-        for peer in sorted(batch.sends):
-            for i, box, offset, n in batch.sends[peer]:
-                x = xs[i]
-                piece = send[at + offset : at + offset + n].view(x.dtype).reshape(tuple(b - a for a, b in box))
-                arrays.copy(piece, x[_slices(box, self.parts[i].step.held)])
-                per_tensor[i].bytes_sent += n
-            send_views.append((peer, send[at : at + batch.send_sizes[peer]]))
-            at += batch.send_sizes[peer]
-        at = 0
-        for peer in sorted(batch.recvs):
-            recv_views.append((peer, recv[at : at + batch.recv_sizes[peer]]))
-            at += batch.recv_sizes[peer]
-        k.primitives.exchange_pairs(recv_views, send_views, k.op, k.tally)
-        at = 0
-        for peer in sorted(batch.recvs):
-            for i, box, offset, n in batch.recvs[peer]:
-                out, step = outs[i], self.parts[i].step
-                piece = recv[at + offset : at + offset + n].view(out.dtype).reshape(tuple(b - a for a, b in box))
-                arrays.copy(out[_slices(box, step.target)], piece)
-                per_tensor[i].bytes_received += n
-            at += batch.recv_sizes[peer]
-        stats.bytes_sent += sum(n for table in batch.sends.values() for _, _, _, n in table)
-        stats.bytes_received += sum(n for table in batch.recvs.values() for _, _, _, n in table)
-        stats.pack_copies += bool(batch.sends)
-        stats.unpack_copies += bool(batch.recvs)
-        stats.end_step("all_to_all", started)
-        for i in batch.members:
-            per_tensor[i].steps.append(stats.steps[-1]._replace(bytes_sent=per_tensor[i].bytes_sent,
-                                                                 bytes_received=per_tensor[i].bytes_received))
+        numpy_in = type(xs[batch.chunks[0].members[0]]).__module__ == "numpy"
+        proto = _bytes(0, arrays.name != "torch")
+        # the pack lands in the engine's outbox where it has one: same-host peers read it there
+        send_ = pack_buffer(k, batch.send_total, proto) if batch.send_total else proto
+        recv_ = _bytes(batch.recv_total, arrays.name != "torch")
+        stats.allocated_bytes += batch.recv_total
+        as_numpy = numpy_in and arrays.name == "torch"  # numpy's own views of the same bytes
+        send, recv = (send_.numpy(), recv_.numpy()) if as_numpy else (send_, recv_)
+        results = []
+        for chunk in batch.chunks:
+            stacked = self._stack(chunk, xs)
+            results.append(self._keep(k, chunk, stacked, outs))
+            rows, held = len(chunk.members), chunk.step.held
+            for peer, box, offset, n in chunk.sends:
+                at = batch.send_at[peer] + offset
+                piece = send[at : at + n].view(stacked.dtype).reshape((rows, *(b - a for a, b in box)))
+                piece[...] = stacked[_slices(box, held)]
+        sends = [(p, send_[batch.send_at[p] : batch.send_at[p] + batch.send_sizes[p]]) for p in batch.send_peers]
+        recvs = [(p, recv_[batch.recv_at[p] : batch.recv_at[p] + batch.recv_sizes[p]]) for p in batch.recv_peers]
+        k.primitives.exchange_pairs(recvs, sends, k.op, k.tally)
+        for chunk, out in zip(batch.chunks, results):
+            rows, target = len(chunk.members), chunk.step.target
+            for peer, box, offset, n in chunk.recvs:
+                at = batch.recv_at[peer] + offset
+                piece = recv[at : at + n].view(out.dtype).reshape((rows, *(b - a for a, b in box)))
+                out[_slices(box, target)] = piece
+        stats.bytes_sent += batch.sent
+        stats.bytes_received += batch.received
+        stats.pack_copies += bool(batch.send_peers)
+        stats.unpack_copies += bool(batch.recv_peers)
+        stats.steps.append(ExecutedStep("all_to_all", batch.sent, batch.received))
 
 
-def _bytes(arrays: Any, count: int) -> Array:
-    """A new 1-D uint8 buffer of the backend's kind."""
-    if arrays.name == "torch":
-        return arrays.torch.empty(count, dtype=arrays.torch.uint8)
-    import numpy as np
+def _bytes(count: int, numpy_in: bool) -> Array:
+    """A new 1-D uint8 buffer of the inputs' kind."""
+    if numpy_in:
+        import numpy as np
 
-    return np.empty(count, dtype=np.uint8)
+        return np.empty(count, dtype=np.uint8)
+    import torch
+
+    return torch.empty(count, dtype=torch.uint8)

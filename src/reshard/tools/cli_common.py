@@ -19,6 +19,11 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
+    """One or more shapes, comma-separated: ``8x8`` or ``8x8,16x4,32``."""
+    return tuple(parse_shape(part) for part in text.split(",") if part.strip())
+
+
 def placement(text: str, option: str):
     """``--src``/``--dst``'s text as a placement; ``InvalidArgument`` naming the option (read
     after parsing, since the same options take one placement per mesh dim with ``--mesh``)."""

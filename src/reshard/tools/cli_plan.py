@@ -108,6 +108,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..planning.layout import parse_placements
     from ..planning.plan import ITEMSIZE, estimate_seconds, make_plan, plan_report, report_json
 
+    shapes = args.shape or ()
+    args.shape = shapes[0] if len(shapes) == 1 else None if not shapes else args.shape
+    if len(shapes) > 1:
+        if args.moe or args.hosts is not None or args.rank is not None or (args.ranks, args.mesh) == (None, None):
+            raise ReshardError("several --shape values (the tensors of one call) go with --ranks or --mesh only")
+        return _plan_many(args, shapes)
     if args.moe:
         return _plan_moe(args)
     if args.hosts is not None:
@@ -153,6 +159,47 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from ..viz.terminal import render_mesh_plan
 
         render_mesh_plan(make_console(), report, args.lang)
+    return 0
+
+
+def _plan_many(args: argparse.Namespace, shapes: tuple) -> int:
+    """``reshard plan --shape A,B,...``: each tensor's plan, then the call that moves them all
+    (one check, one shared exchange of boxes; reduced tensors take their own steps after it)."""
+    from ..planning import planner
+    from ..planning.layout import parse_placements
+    from ..planning.mesh_plan import plan_summary
+    from ..planning.plan import ITEMSIZE
+
+    if args.dtype not in ITEMSIZE:
+        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
+    mesh = tuple(args.mesh) if args.mesh else (args.ranks,)
+    if args.mesh and (args.src is None or args.dst is None):
+        raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
+    src = parse_placements(args.src or "row", len(mesh))
+    dst = parse_placements(args.dst or "col", len(mesh))
+    reports = [plan_summary(shape, src, dst, mesh, ITEMSIZE[args.dtype]) for shape in shapes]
+    size = reports[0]["ranks"]
+    own_steps = [src != dst and planner.exchange_boxes(shape, src, dst, mesh, 0) is None for shape in shapes]
+    shared = [st for r, own in zip(reports, own_steps) if not own for st in r["steps"] if st["collective"] != "local"]
+    sent = [sum(st["bytes_sent_per_rank"][q] for st in shared) for q in range(size)]
+    received = [sum(st["bytes_received_per_rank"][q] for st in shared) for q in range(size)]
+    own = sum(own_steps)
+    call = {"tensors": len(shapes), "checks": 1, "shared_exchange_steps": 1 if any(sent) else 0,
+            "shared_bytes_sent_per_rank": sent, "shared_bytes_received_per_rank": received,
+            "tensors_with_their_own_steps": own}
+    if args.json:
+        print(json.dumps({"tensors": reports, "one_call": call}, indent=2))
+        return 0
+    from ..messages import say
+    from ..viz.terminal import render_mesh_plan
+    from ..viz.text import human_bytes
+
+    console = make_console()
+    for report in reports:
+        report["dtype"] = args.dtype
+        render_mesh_plan(console, report, args.lang)
+    console.print(say("meshplan.many", args.lang, n=len(shapes), low=human_bytes(min(sent)), high=human_bytes(max(sent)),
+                      most_in=human_bytes(max(received))) + (say("meshplan.own", args.lang, own=own) if own else ""))
     return 0
 
 
