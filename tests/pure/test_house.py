@@ -34,6 +34,7 @@ LAYERS = [
     ["execution.hot_replay"],
     ["execution.call", "execution.step_bodies", "execution.autograd"],
     ["execution.execute"],
+    ["execution.coalesced"],
     ["execution"],
     ["redistribution"],
     ["ops"],
