@@ -172,7 +172,8 @@ def test_the_import_reader_finds_known_imports():
 # The engine's data-moving primitives: only the executor's step bodies (and the engines
 # themselves) call them; the bench calls them bare, as the baseline it measures against.
 MOVES_DATA = {"alltoallv", "allgather", "exchange_pairs", "all_to_all_form", "prepare_send"}
-MAY_MOVE_DATA = {"execution.execute", "execution.step_bodies", "execution.pieces", "bench.rank"}
+# execution.coalesced is the executor's part for a call on many tensors (one shared exchange)
+MAY_MOVE_DATA = {"execution.execute", "execution.coalesced", "execution.step_bodies", "execution.pieces", "bench.rank"}
 
 
 def _calls(node: ast.AST) -> list[ast.Call]:
@@ -255,7 +256,7 @@ STATS_FIELDS = {"op", "pack_copies", "unpack_copies", "bytes_sent", "bytes_recei
                 "allocated_bytes", "replayed", "cross_host_bytes_sent", "cross_host_messages", "steps",
                 "_received_into", "received_into"}
 STATS_WRITERS = {"received_at", "received_into_result", "begin_step", "end_step"}
-MAY_WRITE_STATS = {"execution.execute", "execution.stats", "planning.plan"}  # plan.Plan, explain's report, has copy fields of its own
+MAY_WRITE_STATS = {"execution.execute", "execution.coalesced", "execution.stats", "planning.plan"}  # plan.Plan, explain's report, has copy fields of its own
 
 
 def _stats_writes(tree: ast.AST) -> list[tuple[int, str]]:
