@@ -833,12 +833,17 @@ def collectives_loaded(comm):
     return all(name in sys.modules for name in ("reshard.ops", "reshard.redistribution", "reshard.execution.execute", "reshard.planning.planner"))
 
 
-def spec_pairs(comm, mesh_shape, cases, by_name):
-    """For each (shape, src entries, dst entries, src piece): the piece ``redistribute`` gives
-    between two Specs (by mesh dim name or number); returned for the caller to check."""
-    mesh = rs.Mesh(mesh_shape, names=("a", "b"), comm=comm)
+def spec_pairs(comm, cases, by_name):
+    """For each (mesh shape, shape, src entries, dst entries, src piece): the piece
+    ``redistribute`` gives between two Specs (by mesh dim name or number) on that mesh of the
+    job's ranks; returned for the caller to check."""
+    meshes = {}
     out = []
-    for shape, src, dst, piece in cases:
+    for mesh_shape, shape, src, dst, piece in cases:
+        mesh = meshes.get(mesh_shape)
+        if mesh is None:
+            mesh = meshes[mesh_shape] = rs.Mesh(mesh_shape, names=("a", "b"), comm=comm)
+
         def spec(entries):
             def one(e):
                 if e is None:

@@ -73,6 +73,32 @@ def test_plan_text():
     assert "rows 0-1, cols 2-3 -> rank 1" in run.stdout
 
 
+def test_plan_takes_several_shapes_as_the_tensors_of_one_call():
+    run = reshard_cli("plan", "--shape", "8x6,4x4,6x5", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "P,S(1)", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert [t["global_shape"] for t in report["tensors"]] == [[8, 6], [4, 4], [6, 5]]
+    # S(0) -> Partial on mesh dim 0 fills values: each tensor takes its own steps, none shares
+    assert report["one_call"]["tensors_with_their_own_steps"] == 3
+    run = reshard_cli("plan", "--shape", "6x6,9x3", "--ranks", "3", "--json")
+    call = json.loads(run.stdout)["one_call"]
+    # rank r sends each peer a 2x2 block of the 6x6 and a 3x1 block of the 9x3, 4 bytes each
+    assert call["shared_bytes_sent_per_rank"] == [2 * (2 * 2 + 3 * 1) * 4] * 3 and call["checks"] == 1
+    run = reshard_cli("plan", "--shape", "6x6,9x3", "--ranks", "3")
+    assert run.returncode == 0 and "In one call: 2 tensors" in run.stdout
+    run = reshard_cli("plan", "--shape", "6x6,9x3", "--ranks", "3", "--rank", "1")
+    assert run.returncode != 0 and "several --shape values" in run.stdout + run.stderr
+
+
+def test_plan_prints_an_ordered_layout_as_its_spec():
+    run = reshard_cli("plan", "--shape", "8x6", "--mesh", "2x2", "--src", "Spec((1, 0), None)", "--dst", "S(1),S(0)",
+                      "--json")
+    report = json.loads(run.stdout)
+    assert report["src_spec"] == "Spec((1, 0))" and "dst_spec" not in report
+    # (0, 1) holds rows 4-5 and (1, 0) rows 2-3: each keeps two of its rows' columns, sends the rest
+    assert report["exchange_lower_bound_bytes"] == report["exchange_bytes_total"]
+
+
 @pytest.mark.parametrize("hosts", [2, 8])
 def test_plan_moe_counts_what_crosses_as_routing_drawn_at_random_does(hosts):
     run = reshard_cli("plan", "--moe", "--hosts", str(hosts), "--json")  # DeepEP's normal-kernel setting
