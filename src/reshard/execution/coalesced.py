@@ -228,9 +228,13 @@ class ManyRun:
                 at = batch.send_at[peer] + offset
                 piece = send[at : at + n].view(stacked.dtype).reshape((rows, *(b - a for a, b in box)))
                 piece[...] = stacked[_slices(box, held)]
-        sends = [(p, send_[batch.send_at[p] : batch.send_at[p] + batch.send_sizes[p]]) for p in batch.send_peers]
-        recvs = [(p, recv_[batch.recv_at[p] : batch.recv_at[p] + batch.recv_sizes[p]]) for p in batch.recv_peers]
-        k.primitives.exchange_pairs(recvs, sends, k.op, k.tally)
+        if getattr(k.primitives, "pairwise", False):  # gloo: a message per peer (same-host peers read the outbox)
+            sends = [(p, send_[batch.send_at[p] : batch.send_at[p] + batch.send_sizes[p]]) for p in batch.send_peers]
+            recvs = [(p, recv_[batch.recv_at[p] : batch.recv_at[p] + batch.recv_sizes[p]]) for p in batch.recv_peers]
+            k.primitives.exchange_pairs(recvs, sends, k.op, k.tally)
+        else:  # the engine's own all-to-all of bytes (MPI: one Alltoallw), segments in rank order
+            k.primitives.alltoallv(recv_, send_[: batch.send_total], [batch.recv_sizes.get(p, 0) for p in range(k.size)],
+                                   [batch.send_sizes.get(p, 0) for p in range(k.size)], k.op)
         for chunk, out in zip(batch.chunks, results):
             rows, target = len(chunk.members), chunk.step.target
             for peer, box, offset, n in chunk.recvs:
