@@ -27,6 +27,7 @@ from .layout import (
     mesh_region,
     normalize_placements,
     orders_of,
+    parse_placements,
     ravel,
     shard_sizes,
     split_by,
@@ -86,6 +87,7 @@ def _pieces(length: int, placements: Sequence[Placement], dim: int, mesh_shape: 
 
 
 def _normalize(placements: Sequence[Placement], ndim: int, mesh_ndim: int, name: str) -> tuple[Placement, ...]:
+    placements = parse_placements(placements, mesh_ndim)  # a Spec or text as its placements
     if len(placements) != mesh_ndim:
         raise InvalidArgument(f"{name} has {len(placements)} placements for a {mesh_ndim}-d mesh")
     return normalize_placements(placements, ndim, f"{name} Shard dim")

@@ -20,6 +20,7 @@ from .layout import (
     Shard,
     mesh_region,
     normalize_placements,
+    parse_placements,
     ravel,
     shard_range,
     shard_sizes,
@@ -202,7 +203,8 @@ def redistribute(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
     mesh dim's communicator where it is one (``_as_collective``)."""
     shape = tuple(int(g) for g in global_shape)
     mesh_shape = tuple(int(m) for m in mesh_shape)
-    src, dst = normalized(src, len(shape)), normalized(dst, len(shape))
+    src = normalized(parse_placements(src, len(mesh_shape)), len(shape))
+    dst = normalized(parse_placements(dst, len(mesh_shape)), len(shape))
     size = _numel(mesh_shape)
     if src == dst:
         return RankPlan("redistribute", rank, size, ())
