@@ -109,10 +109,14 @@ JOB = textwrap.dedent(
         raise AssertionError("a different shape on rank 3 went through")
     except rs.ReshardError as exc:
         assert "rank 3" in str(exc), exc
-    # the cost model fitted on these two hosts: every number found, none negative
+    # the cost model fitted on these two hosts: every number found, none negative, and a
+    # positive cost per byte across wherever the large exchange took longer than the small one
     from reshard.bench.calibrate import calibrate_job
-    fitted = calibrate_job(comm, repeats=2)["levels"]
-    assert all(np.isfinite(v) and v >= 0 for v in fitted.values()) and fitted["beta_link"] > 0, fitted
+    cal = calibrate_job(comm, repeats=2)
+    fitted, across = cal["levels"], cal["points_s"]["across"]
+    assert all(np.isfinite(v) and v >= 0 for v in fitted.values()), (fitted, cal["points_s"])
+    sloped = across[str(16 << 20)] > across[str(64 << 10)]
+    assert fitted["beta_link"] > 0 if sloped else fitted["alpha_link"] > 0, (fitted, cal["points_s"])
     local = comm.primitives.local
     mesh = rs.Mesh.from_hosts(comm)
     assert comm.hosts == [0, 0, 1, 1] and comm.host == comm.rank // 2, comm.hosts
