@@ -9,8 +9,8 @@ result), ``boxes`` (a change that reduces nothing: its boxes join the shared exc
 are the same on this rank: the group is stacked along a new leading dim and moves as one
 tensor, so packing costs a copy per peer and group, not per tensor. The shared exchange runs
 in batches of groups (a big group cut into chunks) whose global bytes add up to at most the
-largest tensor's (4 MiB at least; the same on every rank), so its buffers stay within what
-that tensor's own call would take. In each message a chunk's piece starts at a multiple of
+largest tensor's (4 MiB at least; the same on every rank): its buffers (the inputs joined, the
+pack, the receive buffer) grow with a batch, not with the whole list. In each message a chunk's piece starts at a multiple of
 16 bytes: both ends work out the same offsets from the same boxes.
 """
 
