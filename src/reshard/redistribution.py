@@ -403,7 +403,8 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
         data = _detached(to_torch(x) if torch_arrays and is_numpy(x) else x)
         parts.append(coalesced.Part("own", run=execute.PlanRun(call, data, plan, sub, mesh_shape=mesh_shape),
                                     global_bytes=size))
-    program = coalesced.ManyRun(parts, [x.dtype.itemsize if is_numpy(x) else x.element_size() for x in xs], call.rank)
+    program = coalesced.ManyRun(parts, [x.dtype.itemsize if is_numpy(x) else x.element_size() for x in xs], call.rank,
+                                call, [_detached(x) for x in xs])
     backs = [(with_order([planner.backward_placements(p, q)[0] for p, q in zip(a.src, a.dst)], orders_of(a.dst)),
               with_order([planner.backward_placements(p, q)[1] for p, q in zip(a.src, a.dst)], orders_of(a.src)))
              for a in checked]

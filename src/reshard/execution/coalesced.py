@@ -108,7 +108,7 @@ class ManyRun:
     inputs returns their results, recording the call's stats (and each tensor's, the same
     every run: worked out here)."""
 
-    def __init__(self, parts: list[Part], itemsizes: list[int], rank: int):
+    def __init__(self, parts: list[Part], itemsizes: list[int], rank: int, call: Any = None, xs: Sequence[Array] = ()):
         self.parts = parts
         self.rank = rank
         groups: dict[Any, list[int]] = {}
@@ -136,6 +136,24 @@ class ManyRun:
             total += size
         if batch:
             self.batches.append(_Batch(batch, rank))
+        # An engine that moves boxes by datatypes (MPI's Alltoallw) takes each chunk stacked as it
+        # is: nothing packed or unpacked, its own part moved in the same call
+        self.forms: dict[int, Any] = {}
+        maker = getattr(call.primitives, "boxes_form", None) if call is not None else None
+        for b in self.batches if maker is not None else ():
+            for chunk in b.chunks:
+                rows = ((0, len(chunk.members)),)
+                s = chunk.step
+                stacked_step = ExchangeBoxes(rows + s.held, rows + s.target, tuple((p, rows + box) for p, box in s.sends),
+                                             tuple((p, rows + box) for p, box in s.recvs),
+                                             tuple(rows + box for box in s.kept), None, True)
+                like = xs[chunk.members[0]]
+                proto = call.arrays.empty((len(chunk.members), *(hi - lo for lo, hi in s.held)), like=like)
+                form = maker(call, proto, stacked_step)
+                if form is None:
+                    self.forms.clear()
+                    break
+                self.forms[id(chunk)] = form
         self.tensor_stats = [ExchangeStats("redistribute") for _ in parts]
         for b in self.batches:
             for chunk in b.chunks:
@@ -189,6 +207,14 @@ class ManyRun:
     def _keep(self, k: Any, chunk: _Chunk, stacked: Array, outs: list[Array]) -> Array:
         """The chunk's results, as one stacked array (of the inputs' kind) with what this rank
         keeps of its own in it."""
+        out = self._result(k, chunk, stacked, outs)
+        step = chunk.step
+        for box in step.kept:
+            out[_slices(box, step.target)] = stacked[_slices(box, step.held)]
+        return out
+
+    def _result(self, k: Any, chunk: _Chunk, stacked: Array, outs: list[Array]) -> Array:
+        """The chunk's results: one new stacked array of the inputs' kind, each tensor's a view."""
         step = chunk.step
         shape = (len(chunk.members), *(b - a for a, b in step.target))
         if type(stacked).__module__ == "numpy":
@@ -198,8 +224,6 @@ class ManyRun:
         else:
             out = stacked.new_empty(shape)
         k.stats.allocated_bytes += len(chunk.members) * _numel(step.target) * chunk.itemsize
-        for box in step.kept:
-            out[_slices(box, step.target)] = stacked[_slices(box, step.held)]
         first, count = chunk.members[0], len(chunk.members)
         if chunk.members[-1] - first == count - 1:  # consecutive tensors (the usual case): one slice
             outs[first : first + count] = list(out)
@@ -211,6 +235,16 @@ class ManyRun:
     def _exchange(self, k: Any, batch: _Batch, xs: Sequence[Array], outs: list[Array]) -> None:
         """One message per peer and direction: the batch's pieces packed, exchanged, unpacked."""
         arrays, stats = k.arrays, k.stats
+        if self.forms:  # one Alltoallw per chunk, straight from the stacked inputs into the results
+            for chunk in batch.chunks:
+                stacked = self._stack(chunk, xs)
+                out = self._result(k, chunk, stacked, outs)
+                started = stats.begin_step()
+                self.forms[id(chunk)](k, stacked, out)
+                stats.bytes_sent += sum(n for _, _, _, n in chunk.sends)
+                stats.bytes_received += sum(n for _, _, _, n in chunk.recvs)
+                stats.end_step("all_to_all", started)
+            return
         numpy_in = type(xs[batch.chunks[0].members[0]]).__module__ == "numpy"
         proto = _bytes(0, arrays.name != "torch")
         # the pack lands in the engine's outbox where it has one: same-host peers read it there
