@@ -39,10 +39,16 @@ def job(comm, tensors, kib, runs, calls):
         "separate calls": lambda: [rs.redistribute(x, rs.Shard(0), rs.Shard(1)) for x in xs],
         "one tensor": lambda: rs.redistribute(big, rs.Shard(0), rs.Shard(1)),
     }
-    for form in forms.values():  # warm: every signature planned and replayed once
+    return interleaved(forms, runs, calls)
+
+
+def interleaved(forms: dict, runs: int, calls: int) -> dict[str, list[float]]:
+    """Each form warmed up (planned and replayed once), then ``runs`` rounds in which each form
+    in turn takes ``calls`` calls: per form, the median seconds of each round."""
+    for form in forms.values():
         form()
         form()
-    times = {name: [] for name in forms}
+    times: dict[str, list[float]] = {name: [] for name in forms}
     for _ in range(runs):
         for name, form in forms.items():
             took = []

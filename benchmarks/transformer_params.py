@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import numpy as np
+from many_tensors import interleaved  # the same interleaved timing (the script's folder is on the path)
 
 import reshard as rs
 
@@ -56,17 +56,7 @@ def job(comm, layers, d, runs, calls):
     got = {name: form() for name, form in forms.items()}
     for name, outs in got.items():
         assert all(torch.equal(a, b) for a, b in zip(outs, got["one call each"])), name
-    for form in forms.values():
-        form()
-    times = {name: [] for name in forms}
-    for _ in range(runs):
-        for name, form in forms.items():
-            took = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                form()
-                took.append(time.perf_counter() - start)
-            times[name].append(statistics.median(took))
+    times = interleaved(forms, runs, calls)
     return times, len(shapes), sum(x.numel() * 4 for x in xs)
 
 
