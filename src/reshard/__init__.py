@@ -44,6 +44,7 @@ _LAZY = {
     "spawn": "launch", "Handle": "execution.handles",
     "moe": "moe",
     "fft": "fft",
+    "empty": "memory", "empty_like": "memory",
 }
 
 __all__ = [

@@ -21,7 +21,7 @@ import numpy as np
 from . import redistribution, validate
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError
-from .execution import execute
+from .execution import arena_reads, execute
 from .execution.call import Call, refuse, replay_or_new, run_started
 from .execution.hot_replay import MISS, replay_hot
 from .execution.stats import ExchangeStats, last_exchange
@@ -266,7 +266,7 @@ _SRC_NOT_GIVEN = Shard(0)  # the default src: a DTensor's own placements stand f
 def redistribute(
     x: Array, src: Any = _SRC_NOT_GIVEN, dst: Any = Shard(1), comm: Comm | None = None,
     global_shape: Sequence[int] | None = None, *, mesh: Mesh | None = None, check: bool | None = None,
-    async_op: bool = False,
+    async_op: bool = False, arena: bool = True,
 ) -> Array:
     """Change the layout of a distributed tensor from placement ``src`` to ``dst``.
 
@@ -296,12 +296,20 @@ def redistribute(
     extra round at all (the first call of a signature always agrees).
     With ``async_op=True`` it starts and returns a ``Handle`` (``reshard.execution.handles``) whose
     ``wait()`` returns the above.
+
+    On one host, a result that moved data lies in the shared arena (``rs.empty``), where the
+    next exchange's peers read it in place; ``arena=False`` (the same on every rank) keeps
+    this call on the engine's own path and its result in ordinary memory.
     """
     if mesh is not None and not isinstance(mesh, Mesh):
         refuse("redistribute", x, comm, check, InvalidArgument(f"mesh must be an rs.Mesh, got {type(mesh).__name__}"))
-    if async_op:
+    if async_op:  # the started call runs on a worker thread: it turns the arena off there itself
         return run_started(
-            "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check), mesh.comm if mesh is not None else comm, x)
+            "redistribute", lambda: redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check, arena=arena),
+            mesh.comm if mesh is not None else comm, x)
+    if not arena:
+        with arena_reads.turned_off():
+            return redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check)
     if isinstance(x, (list, tuple)):  # many tensors in one call
         kinds = {t.__name__ == "DTensor" for t in set(map(type, x))}
         if kinds == {True}:

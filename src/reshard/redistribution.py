@@ -19,7 +19,7 @@ import numpy as np
 from . import validate
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
-from .execution import execute
+from .execution import arena_reads, execute
 from .execution.call import Call, refuse, replay_or_new, wants_grad
 from .execution.hot_replay import MISS, replay_hot
 from .mesh import Mesh
@@ -41,7 +41,8 @@ Array = Any
 
 def hot_args(src: Any, dst: Any, global_shape: Any, mesh: Mesh | None, rule: str = "balanced") -> tuple:
     """The arguments a hot replay of ``redistribute`` is kept by and found by (``replay_hot``)."""
-    return (src, dst, global_shape) if mesh is None else (src, dst, global_shape, mesh, rule)
+    base = (src, dst, global_shape) if mesh is None else (src, dst, global_shape, mesh, rule)
+    return base + arena_reads.key_part()
 
 
 def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | None, global_shape: Any,
@@ -55,7 +56,8 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
         replayed = replay_hot("redistribute", x, comm if world else mesh.comm, check, hot)
         if replayed is not MISS:
             return replayed
-    key = hot if world else (_key_placements(src, mesh), _key_placements(dst, mesh), global_shape, mesh.shape, rule)
+    key = hot if world else (_key_placements(src, mesh), _key_placements(dst, mesh), global_shape, mesh.shape, rule,
+                             *arena_reads.key_part())
     replayed, call = replay_or_new("redistribute", x, comm if world else mesh.comm, check, key,
                            ("src", "dst") if world else ("src", "dst", "mesh"), hot)
     if call is None:

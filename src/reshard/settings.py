@@ -64,6 +64,14 @@ VARIABLES: tuple[Variable, ...] = (
              f"larger of its two settings; {NEVER_BYTES} or more means never. Unset: every message on x86-64, "
              "where the notes saying where a message lies go through shared memory too; 1048576 elsewhere, "
              "where they go as gloo messages", None, _bytes, default_text="0 on x86-64, 1048576 elsewhere"),
+    Variable("RESHARD_ARENA", "0 keeps results out of the shared arena: every exchange moves by the engine's own "
+             "path (two copies on one host instead of one); a call's arena=False does the same for that call",
+             True, _flag),
+    Variable("RESHARD_ARENA_BYTES", "the cap on this process's shared arena; past it, results come from ordinary "
+             "memory (warned once)", None, _bytes, default_text="half of this machine's memory"),
+    Variable("RESHARD_ARENA_MIN_BYTES", "the smallest exchange (the tensor's bytes over its ranks) that uses the "
+             f"shared arena; below it the engine's own path is faster; {NEVER_BYTES} or more means never",
+             1 << 20, _bytes),
     Variable("RESHARD_TRACEBACK", "1 keeps reshard's own frames in the tracebacks rs.spawn reports for its ranks "
              "(by default only the job's frames and the libraries it called are shown)", False, _flag),
     Variable("RESHARD_RANK_PREFIX", "0 passes the output of the ranks rs.spawn starts on as it is, without the "

@@ -28,6 +28,7 @@ from mpi4py import MPI
 from ..errors import CommTimeout, RankFailed
 from ..execution.arrays import array_backend
 from ..planning.steps import AllToAll, ExchangeBoxes
+from .arena_link import close_links
 from .base import CallState, ExchangeRun
 from .mpi_forms import PeerSend, boxes_form, split_form, typed_fits, typed_form, typed_path_may_take
 from .shm import VoteBoard
@@ -63,6 +64,7 @@ class MPIEngine:
         self._types: dict[tuple, Any] = {}
         self.types_epoch = 0  # bumped whenever cached types are freed: plans holding them are stale
         self._board: Any = None  # the vote's VoteBoard, or False where none can be (made at the first vote)
+        self.arena_links: dict[str, Any] = {}  # {"link": the group's arena link (execution.arena_reads), at first use}
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
@@ -335,6 +337,7 @@ class MPIEngine:
         if self._board:
             self._board.close()
         self._board = None
+        close_links(self.arena_links)
         if self.owns and self.mpi_comm != MPI.COMM_NULL:
             with contextlib.suppress(MPI.Exception):
                 self.mpi_comm.Free()

@@ -183,7 +183,7 @@ class LocalPeers:
         fds: dict[int, int] = {}
         for q in range(size):
             if q != rank and offer and cards[q, 0] == 1 and cards[q, 1] == card[1]:
-                fd = _open_outbox(int(cards[q, 2]), int(cards[q, 3]), cards[q, 4:6])
+                fd = open_peer_file(int(cards[q, 2]), int(cards[q, 3]), cards[q, 4:6])
                 if fd is not None:
                     fds[q] = fd
         can_read = np.zeros(size, dtype=np.uint8)
@@ -304,7 +304,7 @@ class VoteBoard:
         if offer:
             for q in range(size):
                 if q != rank and cards[q, 0] == 1 and cards[q, 1] == card[1]:
-                    qfd = _open_outbox(int(cards[q, 2]), int(cards[q, 3]), cards[q, 4:6])
+                    qfd = open_peer_file(int(cards[q, 2]), int(cards[q, 3]), cards[q, 4:6])
                     if qfd is not None:
                         fds.append(qfd)
                         peers[q] = np.frombuffer(mmap.mmap(qfd, _BOARD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ),
@@ -467,7 +467,7 @@ class VoteBoard:
         self.files = []
 
 
-def _open_outbox(pid: int, fd: int, token: np.ndarray) -> int | None:
+def open_peer_file(pid: int, fd: int, token: np.ndarray) -> int | None:
     """A read-only descriptor of another process's outbox, when it is one (regular file, the
     token it announced at its start), else None."""
     try:

@@ -19,6 +19,7 @@ from ..execution import phases
 from ..execution.arrays import array_backend
 from ..execution.pieces import exchange_packed, pack
 from ..planning.steps import AllToAll
+from .arena_link import close_links
 from .base import CallState, ExchangeRun
 from .gloo_pairwise import pairwise_form
 from .shm import LocalPeers, VoteBoard
@@ -86,6 +87,8 @@ class TorchEngine:
         self.scratch_dir: str | None = None  # a private rendezvous directory to remove on close
         self.local: LocalPeers | None = None  # same-host peers reached through shared memory
         self.board: VoteBoard | None = None  # the vote through shared memory, where every rank shares it
+        # gloo on CPU: {"link": the group's arena link (execution.arena_reads), made at first use}
+        self.arena_links: dict[str, Any] | None = {} if name == "gloo" else None
 
     def open_local_peers(self) -> TorchEngine:
         """Collective: find the peers on this host that messages reach through shared memory
@@ -338,6 +341,7 @@ class TorchEngine:
         if self.local is not None:
             self.local.close()
             self.local = None
+        close_links(self.arena_links)
         if self.owns_group and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.barrier(group=self.group)

@@ -26,8 +26,10 @@ from ..planning.steps import (
     ReduceScatter,
     Reorder,
     Step,
+    with_dim,
 )
-from . import phases, step_bodies
+from . import arena_reads, phases, step_bodies
+from .arrays import numel
 from .call import Call, wants_grad
 from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
 
@@ -110,7 +112,8 @@ class PlanRun:
 def _take_tally(stats: ExchangeStats, tally: Tally) -> None:
     """What the forms noted in ``tally`` (copies, memory, where they received) recorded in
     ``stats``; the tally starts again."""
-    stats.pack_copies += tally.packs
+    stats.pack_copies += tally.packs + tally.staged
+    stats._staged += tally.staged
     stats.unpack_copies += tally.unpacks
     stats.allocated_bytes += tally.allocated
     into = tally.landing
@@ -119,7 +122,7 @@ def _take_tally(stats: ExchangeStats, tally: Tally) -> None:
             stats.received_at(into)
         else:
             stats.received_into_result(into)
-    tally.packs = tally.unpacks = tally.allocated = 0
+    tally.packs = tally.unpacks = tally.allocated = tally.staged = 0
     tally.landing = None
 
 
@@ -163,6 +166,10 @@ def merged(op: str, parts: list[tuple[str, ExchangeStats | None]]) -> ExchangeSt
 def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runner:
     """How one step runs on this rank (dispatch on the step's type: a closed set)."""
     if isinstance(step, AllToAll):
+        link = arena_reads.link_for(call.primitives, _all_to_all_elements(step), call.arrays.itemsize(x)) \
+            if arena_reads.allowed(x) else None
+        if link is not None:
+            return arena_reads.all_to_all_reads(link, call.rank, step)
         return call.primitives.all_to_all_form(call, x, step)
     if isinstance(step, AllToAllV):
         return lambda k, xt, prepared=None: step_bodies.exchange_rows(k, xt, step.segments)
@@ -178,12 +185,26 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
         return lambda k, xt, prepared=None: step_bodies.reduce_scatter_core(k, xt, step.dim, step.op)
     if isinstance(step, Reorder):
         return lambda k, xt, prepared=None: step_bodies.reorder(k, xt, step)
+    if isinstance(step, ExchangeBoxes) and step.moves and step.shape and arena_reads.allowed(x):
+        link = arena_reads.link_for(call.primitives, numel(step.shape), call.arrays.itemsize(x))
+        if link is not None:
+            return arena_reads.boxes_reads(link, step)
     if isinstance(step, ExchangeBoxes):  # on the engine's own collective where it has one for boxes
         form = getattr(call.primitives, "boxes_form", None)
         return step_bodies.BoxRun(step, form(call, x, step) if form is not None and step.moves else None)
     if isinstance(step, OnMeshDim):
         return _on_mesh_dim(call, x, step, sub)
     raise TypeError(f"not a step: {step!r}")
+
+
+def _all_to_all_elements(g: AllToAll) -> int:
+    """The elements of every rank's input together (the same number on every rank: the dims
+    other than ``concat_dim`` agree, and ``recv_lengths`` lists every rank's extent along it);
+    0 where the split and concatenated dims are one (each rank's extent is its own)."""
+    c = g.concat_dim
+    if g.split_dim == c:
+        return 0
+    return numel(with_dim(g.in_shape, c, 1)) * sum(g.recv_lengths)
 
 
 class _OnComm:

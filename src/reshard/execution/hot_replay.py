@@ -69,6 +69,13 @@ def _landing(tally: Tally) -> Any:
     return weakref.ref(into)
 
 
+def _as_run(stats: ExchangeStats, tally: Tally) -> ExchangeStats:
+    """The stats of the call that made a hot replay, with this run's copies into the shared
+    arena where they differ (``ExchangeStats.with_staged``)."""
+    staged, tally.staged = tally.staged, 0
+    return stats if staged == stats._staged else stats.with_staged(staged)
+
+
 class ReplayState:
     """What a replayed plan's steps read of their call (``engines.base.CallState``), and no more."""
 
@@ -216,7 +223,7 @@ class HotReplay:
             if activity is not None:
                 activity.leave()
             into = _landing(tally)
-            set_last_replay(stats, _weak_ref(out) if receives else into)
+            set_last_replay(_as_run(stats, tally), _weak_ref(out) if receives else into)
             return out
 
         return run
@@ -253,7 +260,7 @@ class HotReplay:
         state, program = self.state, self.program
         out = program(state, xt, prepared, False)
         into = _landing(state.tally)
-        set_last_replay(self.stats, _weak_ref(out) if program.receives_result else into)
+        set_last_replay(_as_run(self.stats, state.tally), _weak_ref(out) if program.receives_result else into)
         if activity is not None:
             activity.leave()
         return out.numpy() if numpy_in and out is not None else out

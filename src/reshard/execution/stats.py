@@ -21,10 +21,11 @@ class Tally:
     received into). The executor records it in the call's ``ExchangeStats`` after the steps
     and starts it again; a form never writes the stats."""
 
-    __slots__ = ("packs", "unpacks", "allocated", "landing")
+    __slots__ = ("packs", "unpacks", "allocated", "landing", "staged")
 
     def __init__(self) -> None:
         self.packs = self.unpacks = self.allocated = 0
+        self.staged = 0  # inputs copied into the shared arena for peers to read (one pack each)
         self.landing: Any = None
 
 
@@ -52,6 +53,7 @@ class ExchangeStats:
     cross_host_messages: int = 0  # messages to ranks on other hosts (one per step and peer)
     steps: list[ExecutedStep] = field(default_factory=list)  # in the order they ran
     tensors: list[ExchangeStats] = field(default_factory=list)  # a call on many tensors: each one's part
+    _staged: int = field(default=0, repr=False, compare=False)  # of pack_copies: inputs copied into the arena
     _received_into: Any = field(default=0, repr=False, compare=False)  # an address, or a weakref to the result
 
     @property
@@ -79,6 +81,14 @@ class ExchangeStats:
         made = copy.copy(self)
         made.steps = list(self.steps)
         made.tensors = [t.copy() for t in self.tensors]
+        return made
+
+    def with_staged(self, staged: int) -> ExchangeStats:
+        """A copy for a run that copied ``staged`` inputs into the shared arena where this one
+        copied ``_staged`` (an input there is read in place; another is copied there first)."""
+        made = self.copy()
+        made.pack_copies += staged - self._staged
+        made._staged = staged
         return made
 
     def received_at(self, address: int) -> None:

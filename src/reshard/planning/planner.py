@@ -32,6 +32,7 @@ from .steps import (
     AllGather,
     AllToAll,
     AllToAllV,
+    Box,
     ExchangeBoxes,
     Gather,
     OnMeshDim,
@@ -224,7 +225,7 @@ def exchange_boxes(global_shape: Sequence[int], src: Sequence[Placement], dst: S
     moves = plan.moves()
     sends, recvs = plan.rank_exchange(rank) if moves else ([], [])
     return ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs), tuple(plan.kept(rank)),
-                         None, moves)
+                         None, moves, _sources(plan, recvs), shape)
 
 
 def first_send(local_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
@@ -272,8 +273,14 @@ def _mesh(plan: MeshPlan, rank: int) -> tuple[Step, ...]:
     if moves or plan.local_work():  # the same answer on every rank: every rank takes the step
         sends, recvs = plan.rank_exchange(rank) if moves else ([], [])
         steps.append(ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs),
-                                   tuple(plan.kept(rank)), plan.fill_op, moves))
+                                   tuple(plan.kept(rank)), plan.fill_op, moves, _sources(plan, recvs), plan.shape))
     return tuple(steps)
+
+
+def _sources(plan: MeshPlan, recvs: Sequence[tuple[int, Box]]) -> tuple[tuple[int, Box], ...]:
+    """(peer, the box its input covers) for each peer ``recvs`` names: where a reader finds its
+    boxes in the peer's input (``execution.arena_reads``)."""
+    return tuple((p, plan.exchange.held(p)) for p in sorted({p for p, _ in recvs}))
 
 
 def _as_collective(plan: MeshPlan, coord: Sequence[int], local: Shape) -> tuple[Step, ...] | None:

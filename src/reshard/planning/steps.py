@@ -128,6 +128,8 @@ class ExchangeBoxes:
     kept: tuple[Box, ...]
     fill_op: str | None = None
     moves: bool = True
+    sources: tuple[tuple[int, Box], ...] = ()  # (peer, the box its input covers) of each peer in ``recvs``
+    shape: tuple[int, ...] = ()  # the global tensor's shape
 
     @property
     def collective(self) -> str:

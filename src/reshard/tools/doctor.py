@@ -140,6 +140,52 @@ def shared_memory() -> dict[str, Any]:
             "note": "each pair of ranks proves it can read the other's outbox before using it; --ranks shows the pairs"}
 
 
+def shared_arena() -> dict[str, Any]:
+    """Whether results can lie in the shared arena here, where same-host peers read them in
+    place (``engines.arena``): a small arena made, written, read back through ``/proc`` and
+    its pages returned."""
+    import numpy as np
+
+    from ..engines import arena as arena_mod
+    from ..engines.shm_notes import usable_here
+
+    try:
+        if not settings.read("RESHARD_SHM"):
+            return {"available": False, "why": "RESHARD_SHM=0 turns shared memory off"}
+        if not settings.read("RESHARD_ARENA"):
+            return {"available": False, "why": "RESHARD_ARENA=0 turns it off"}
+        cap = settings.read("RESHARD_ARENA_BYTES")
+        smallest = settings.read("RESHARD_ARENA_MIN_BYTES")
+    except ReshardError as exc:
+        return {"available": False, "why": str(exc)}
+    if not usable_here():
+        return {"available": False, "why": "the notes between ranks need x86-64's store order"}
+    try:
+        trial_arena = arena_mod.Arena(cap=1 << 20)
+    except OSError as exc:
+        return {"available": False, "why": str(exc)}
+    block = None
+    try:
+        block = trial_arena.array((1024,), np.uint8)
+        block[:] = 7
+        peer = os.open(f"/proc/{os.getpid()}/fd/{trial_arena.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            at = trial_arena.where(block.__array_interface__["data"][0], block.nbytes)
+            readable = at is not None and os.pread(peer, 4, at) == b"\x07" * 4
+        finally:
+            os.close(peer)
+    except OSError as exc:
+        return {"available": False, "why": f"a peer could not read the arena through /proc: {exc.strerror}"}
+    finally:
+        del block
+        trial_arena.map.close()
+        os.close(trial_arena.fd)
+    if not readable:
+        return {"available": False, "why": "the arena read back different bytes through /proc"}
+    return {"available": True, "why": None, "cap_bytes": cap if cap is not None else arena_mod.default_cap(),
+            "min_bytes": smallest}
+
+
 def launcher() -> dict[str, Any]:
     """The launcher this process runs under, from the variables it sets."""
     from ..comm import launcher_env
@@ -238,6 +284,7 @@ def collect(engine: str | None = None, ranks: int | None = None, timeout: float 
                       "matplotlib": _version("matplotlib")},
         "engines": engines,
         "shared_memory": shared_memory(),
+        "shared_arena": shared_arena(),
         "launcher": launcher(),
         "settings": settings.current(),
         "cjk_font": cjk_font(),
@@ -283,10 +330,12 @@ def _render(console: Any, report: dict[str, Any]) -> None:
           + [(k.replace("_", " "), v or ("none (a CPU build)" if k == "torch_cuda" and libs["torch"] else "not installed"))
              for k, v in libs.items()])
     table("Engines", [(name, "works" if e["works"] else f"no: {e['why']}") for name, e in report["engines"].items()])
-    shm, launch, font = report["shared_memory"], report["launcher"], report["cjk_font"]
+    shm, launch, font, arena = report["shared_memory"], report["launcher"], report["cjk_font"], report["shared_arena"]
     table("This host", [
         ("shared memory", f"yes, for messages of {shm['min_bytes']:,} B and up, notes {shm['notes']}" if shm["available"]
          else f"no: {shm['why']}"),
+        ("shared arena", f"yes: results of {arena['min_bytes']:,} B per rank and up, peers read them in place "
+         f"(cap {arena['cap_bytes']:,} B)" if arena["available"] else f"no: {arena['why']}"),
         ("launcher", launch["name"] + (f" (rank {launch['rank']} of {launch['size']})" if "size" in launch else "")),
         ("Korean font", font["font"] if font["found"] else f"no: {font['why']}"),
     ])

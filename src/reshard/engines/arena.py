@@ -1,0 +1,279 @@
+"""The shared arena: this process's CPU arrays that its same-host peers can read in place.
+
+One arena per process, shared by all its communicators, meshes and sub-communicators: an
+anonymous memory file (``memfd``) of the cap's size (``RESHARD_ARENA_BYTES``), sparse, mapped
+once here and, read-only, once by each peer that reads from it (``engines.arena_link``). Pages
+are taken as arrays are written; a freed block is kept for reuse while the free blocks kept
+stay within the most ever alive at once (or 64 MiB), so the arena holds at most twice that;
+beyond it, a freed block's pages go back to the system (``MADV_REMOVE`` punches them out of
+the file). Nothing is named in the file system; only
+processes of the same user that may read this process's ``/proc`` entries can open it.
+
+An array here is an ordinary numpy array (or a CPU torch tensor over one): its block goes back
+to the arena when the last view of it is gone. It cannot be resized in place; pickling and
+``share_memory_()`` give ordinary copies. A forked child sees the parent's arena arrays as
+private copies (written pages are its own, never the parent's peers') and allocates from an
+arena of its own.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import mmap
+import os
+import threading
+import warnings
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import settings
+
+PAGE = mmap.PAGESIZE
+HEAD_BYTES = PAGE  # the file's first page: its token (who may read it), never an array
+TOKEN_BYTES = 16
+KEEP_WARM_BYTES = 64 << 20  # free blocks kept touched (no page faults on reuse) at least up to this
+_ALIGN = 64
+
+
+def default_cap() -> int:
+    """Half of this machine's memory (the cap when ``RESHARD_ARENA_BYTES`` is unset)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+def supported() -> str | None:
+    """Why no arena can be made on this machine (None: it can)."""
+    if not hasattr(os, "memfd_create"):
+        return "this system has no anonymous memory files (memfd_create: Linux only)"
+    if not os.path.isdir("/proc/self/fd"):
+        return "no /proc file system: peers could not open the arena"
+    if not hasattr(mmap, "MADV_REMOVE"):
+        return "this system cannot return a file's pages (MADV_REMOVE)"
+    return None
+
+
+class _Block:
+    """The owner of one block: the numpy arrays over it keep it alive (their ``base``); once
+    the last is gone, its finalizer hands the block back."""
+
+    __slots__ = ("__array_interface__", "__weakref__")
+
+    def __init__(self, address: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": dtype.str,
+                                    "descr": dtype.descr, "version": 3}
+
+
+class Arena:
+    """One process's shared memory for arrays: ``take(nbytes)`` gives a block's offset,
+    ``give(offset)`` takes it back; ``array(shape, dtype)`` an array over a fresh block."""
+
+    def __init__(self, cap: int | None = None) -> None:
+        why = supported()
+        if why is not None:
+            raise OSError(why)
+        cap = settings.read("RESHARD_ARENA_BYTES") if cap is None else cap
+        cap = default_cap() if cap is None else cap
+        self.cap = max(-(-cap // PAGE) * PAGE, HEAD_BYTES + PAGE)
+        self.fd = os.memfd_create("reshard-arena", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, self.cap)  # sparse: no page is taken until written
+        self.map = mmap.mmap(self.fd, self.cap, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        self.token = os.urandom(TOKEN_BYTES)
+        self.map[:TOKEN_BYTES] = self.token
+        self.pid = os.getpid()
+        self.inherited = False  # a forked child's copy: never written through, never allocated from
+        self.lock = threading.RLock()
+        self.top = HEAD_BYTES  # nothing past here was ever handed out
+        self.cold: list[tuple[int, int]] = []  # free (offset, length), pages punched out, sorted, merged
+        self.warm: dict[int, list[int]] = {}  # length -> offsets of free blocks whose pages are kept
+        self.warm_bytes = 0
+        self.blocks: dict[int, int] = {}  # offset -> length of every block handed out
+        self.live = 0  # bytes of the blocks handed out
+        self.peak_live = 0
+        self.touched_peak = 0  # the furthest ``top`` went: the file's largest size in use
+        self.warned = False
+
+    # -- blocks ----------------------------------------------------------------------------
+
+    def take(self, nbytes: int) -> int | None:
+        """The offset of a free block of at least ``nbytes`` (whole pages), or None past the cap."""
+        length = max(-(-nbytes // PAGE) * PAGE, PAGE)
+        with self.lock:
+            if self.inherited:
+                return None
+            offsets = self.warm.get(length)
+            if offsets:
+                offset = offsets.pop()
+                self.warm_bytes -= length
+            else:
+                offset = self._from_cold(length)
+                if offset is None:
+                    if self.top + length > self.cap:
+                        return None
+                    offset, self.top = self.top, self.top + length
+                    self.touched_peak = max(self.touched_peak, self.top)
+            self.blocks[offset] = length
+            self.live += length
+            self.peak_live = max(self.peak_live, self.live)
+            return offset
+
+    def _from_cold(self, length: int) -> int | None:
+        for i, (offset, free) in enumerate(self.cold):
+            if free >= length:
+                if free == length:
+                    del self.cold[i]
+                else:
+                    self.cold[i] = (offset + length, free - length)
+                return offset
+        return None
+
+    def give(self, offset: int) -> None:
+        """Take back the block at ``offset``: kept warm (its pages touched, so reusing it faults
+        no page here or in the peers that read it) while the warm blocks stay within the most
+        ever alive at once (or ``KEEP_WARM_BYTES``), else its pages go back to the system."""
+        with self.lock:
+            if self.inherited or os.getpid() != self.pid:
+                return
+            length = self.blocks.pop(offset, None)
+            if length is None:
+                return
+            self.live -= length
+            self.warm.setdefault(length, []).append(offset)
+            self.warm_bytes += length
+            limit = max(self.peak_live, KEEP_WARM_BYTES)
+            while self.warm_bytes > limit:  # the largest warm blocks go first
+                largest = max(k for k, v in self.warm.items() if v)
+                self._punch(self.warm[largest].pop(0), largest)
+                self.warm_bytes -= largest
+
+    def _punch(self, offset: int, length: int) -> None:
+        """The block's pages back to the system; its range joins the cold free list (merged)."""
+        try:
+            self.map.madvise(mmap.MADV_REMOVE, offset, length)
+        except OSError:
+            pass  # the pages stay taken; the range is still free for reuse
+        i = bisect.bisect(self.cold, (offset, length))
+        self.cold.insert(i, (offset, length))
+        merged: list[tuple[int, int]] = []
+        for start, size in self.cold:
+            if merged and merged[-1][0] + merged[-1][1] == start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + size)
+            else:
+                merged.append((start, size))
+        if merged and merged[-1][0] + merged[-1][1] == self.top:  # the end of the used range comes back
+            self.top = merged.pop()[0]
+        self.cold = merged
+
+    def array(self, shape: Sequence[int], dtype: Any) -> np.ndarray | None:
+        """A C-order numpy array of ``shape`` and ``dtype`` in a fresh block (not zeroed), or None
+        past the cap."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset = self.take(nbytes)
+        if offset is None:
+            return None
+        owner = _Block(self.base + offset, shape, dtype)
+        weakref.finalize(owner, self.give, offset)
+        return np.asarray(owner)
+
+    def where(self, address: int, nbytes: int) -> int | None:
+        """The file offset of ``[address, address + nbytes)`` when it lies in one live block here."""
+        offset = address - self.base
+        if offset < HEAD_BYTES or offset + nbytes > self.top or self.inherited:
+            return None
+        with self.lock:
+            keys = sorted(self.blocks)
+            i = bisect.bisect_right(keys, offset) - 1
+            if i < 0 or offset + nbytes > keys[i] + self.blocks[keys[i]]:
+                return None
+        return offset
+
+    def used_bytes(self) -> int:
+        """Bytes of the file's pages in use or kept warm (what the system counts for it)."""
+        return self.live + self.warm_bytes
+
+    def private_in_child(self) -> None:
+        """In a forked child: the parent's file mapped again at the same address, copy-on-write,
+        so this process's writes never reach what the parent's peers read."""
+        self.inherited = True
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        map_fixed = 0x10
+        got = libc.mmap(self.base, self.cap, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | map_fixed, self.fd, 0)
+        if got != self.base:  # cannot happen with MAP_FIXED unless the call failed: read-only is the safe side
+            libc.mprotect(ctypes.c_void_p(self.base), ctypes.c_size_t(self.cap), mmap.PROT_READ)
+
+
+_state: dict[str, Any] = {"arena": None, "failed": None}
+_lock = threading.Lock()
+
+
+def arena() -> Arena | None:
+    """This process's arena, made on first use; None where none can be made."""
+    current = _state["arena"]
+    if current is not None and not current.inherited:
+        return current
+    with _lock:
+        current = _state["arena"]
+        if current is not None and not current.inherited:
+            return current
+        if _state["failed"] is not None:
+            return None
+        try:
+            _state["arena"] = Arena()
+        except OSError as exc:
+            _state["failed"] = str(exc)
+            return None
+        return _state["arena"]
+
+
+def why_not() -> str | None:
+    """Why this process has no arena (None: it has one, or can make one)."""
+    return _state["failed"] if _state["failed"] is not None else supported()
+
+
+def _after_fork_in_child() -> None:
+    parent = _state["arena"]
+    if parent is not None:
+        parent.private_in_child()
+    _state["arena"] = None  # the child's own, made on its first use
+    _state["parent"] = parent  # kept: its mapping backs the arrays the child inherited
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def enabled() -> bool:
+    """Results go into the arena by default (``RESHARD_ARENA``; off with ``RESHARD_SHM=0``)."""
+    return settings.read("RESHARD_ARENA") and settings.read("RESHARD_SHM")
+
+
+def numpy_array(shape: Sequence[int], dtype: Any) -> np.ndarray | None:
+    """A numpy array in this process's arena, or None (no arena, or past its cap: warned once)."""
+    where = arena()
+    if where is None:
+        return None
+    out = where.array(shape, dtype)
+    if out is None and not where.warned:
+        where.warned = True
+        warnings.warn(f"reshard's shared arena is full ({where.cap:,} bytes, RESHARD_ARENA_BYTES): "
+                      "further results come from ordinary memory", ResourceWarning, stacklevel=3)
+    return out
+
+
+def locate(a: np.ndarray) -> tuple[int, int] | None:
+    """(file offset, bytes) of a C-contiguous numpy array lying in this process's arena, else None."""
+    where = _state["arena"]
+    if where is None or where.inherited or not a.flags.c_contiguous:
+        return None
+    offset = where.where(a.__array_interface__["data"][0], a.nbytes)
+    return None if offset is None else (offset, a.nbytes)

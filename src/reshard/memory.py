@@ -1,0 +1,87 @@
+"""``rs.empty`` and ``rs.empty_like``: CPU arrays in this process's shared arena, which the
+same-host peers of an exchange read in place (``engines.arena``): each byte then moves once.
+
+Where there is no arena (not Linux, ``RESHARD_ARENA=0`` or ``RESHARD_SHM=0``) or it is full
+(``RESHARD_ARENA_BYTES``, warned once), the array comes from ordinary memory: the same
+results, by the engine's own path.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .comm import Comm
+from .engines import arena as arena_mod
+from .errors import InvalidArgument
+from .execution.arena_reads import shared_empty
+from .execution.arrays import is_torch
+from .planning.placements import check_int
+
+Array = Any
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    torch = sys.modules.get("torch")
+    return dtype if torch is not None and isinstance(dtype, torch.dtype) else None
+
+
+def _check_comm(comm: Comm | None, what: str) -> None:
+    if comm is None:
+        return
+    if not isinstance(comm, Comm):
+        raise InvalidArgument(f"{what}: comm must be an rs.Comm or None, got {type(comm).__name__}")
+    if comm.engine == "nccl":
+        raise InvalidArgument(f"{what}: rank {comm.rank}: the arena holds CPU memory; NCCL moves CUDA tensors "
+                              "(allocate them with torch.empty(..., device='cuda'))")
+
+
+def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> Array:
+    """An uninitialised C-order CPU array of ``shape`` and ``dtype`` in the shared arena:
+    a numpy array, or a CPU torch tensor where ``dtype`` is a torch dtype. ``comm``, if
+    given, is the communicator the array will move on (NCCL is refused: its tensors live on
+    the GPU). Like any array, except that it cannot be resized in place; pickling and
+    ``share_memory_()`` give ordinary copies.
+
+    >>> a = rs.empty((1024, 1024), np.float32)        # numpy
+    >>> t = rs.empty((1024, 1024), torch.bfloat16)    # torch, CPU
+    """
+    dims = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
+    dims = tuple(check_int("shape", d) for d in dims)
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"empty: shape must hold sizes >= 0, got {dims}")
+    _check_comm(comm, "empty")
+    torch_dtype = _torch_dtype(dtype)
+    if torch_dtype is not None:
+        like = sys.modules["torch"].empty(0, dtype=torch_dtype)
+    else:
+        try:
+            like = np.empty(0, dtype=np.dtype(dtype))
+        except TypeError as exc:
+            raise InvalidArgument(f"empty: dtype must be a numpy or torch dtype, got {dtype!r}") from exc
+    return _in_arena(dims, like)
+
+
+def empty_like(x: Array, comm: Comm | None = None) -> Array:
+    """``empty(x.shape, x.dtype, comm)``: numpy for a numpy ``x``, a CPU torch tensor for a
+    torch one (a CUDA tensor is refused: the arena holds CPU memory)."""
+    _check_comm(comm, "empty_like")
+    if is_torch(x):
+        if x.device.type != "cpu":
+            raise InvalidArgument(f"empty_like: x is on {x.device}; the arena holds CPU memory")
+        return _in_arena(tuple(x.shape), x)
+    if not isinstance(x, np.ndarray):
+        raise InvalidArgument(f"empty_like: x must be a numpy array or a torch tensor, got {type(x).__name__}")
+    return _in_arena(x.shape, x)
+
+
+def _in_arena(shape: tuple[int, ...], like: Array) -> Array:
+    out = shared_empty(shape, like) if arena_mod.enabled() else None
+    if out is not None:
+        return out
+    if is_torch(like):
+        return sys.modules["torch"].empty(shape, dtype=like.dtype)
+    return np.empty(shape, dtype=like.dtype)

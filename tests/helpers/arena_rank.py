@@ -1,0 +1,155 @@
+"""Rank functions for the shared arena's tests: results against numpy on the full array, with
+the arena on and off, and what a peer sees when an input changes or a rank ends."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import reshard as rs
+from reshard.engines import arena as arena_mod
+
+
+def in_arena(a) -> bool:
+    """Whether ``a`` (numpy or a CPU torch tensor) lies in this process's arena."""
+    from reshard.execution.arena_reads import numpy_view
+
+    return arena_mod.locate(numpy_view(a)) is not None
+
+
+def _as(engine, a):
+    if engine == "mpi":
+        return a
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _np(a):
+    from reshard.execution.arena_reads import numpy_view
+
+    return np.array(numpy_view(a))
+
+
+def changes(comm, engine, cases, mesh_shape=None):
+    """Each case (global shape, dtype name, src, dst, seed): the result with the arena on,
+    with it off (``arena=False``), and numpy's part of the full array, as bytes; whether each
+    result lies in the arena; the steps of the call with it on; whether that result holds any
+    element. On a mesh, src/dst are placement tuples or Specs."""
+    mesh = rs.Mesh(mesh_shape, comm=comm) if mesh_shape is not None else None
+    size = comm.size
+    rows = []
+    for shape, dtype, src, dst, seed in cases:
+        full = (np.random.default_rng(seed).standard_normal(shape) * 100).astype(dtype)
+        if mesh is None:
+            mine = rs.local_shard(full, src, comm.rank, size)
+            on = rs.redistribute(_as(engine, mine), src, dst, comm)
+            steps = [step.collective for step in rs.last_exchange().steps]
+            off = rs.redistribute(_as(engine, mine), src, dst, comm, arena=False)
+            want = rs.local_shard(full, dst, comm.rank, size)
+        else:
+            from reshard.planning.layout import mesh_region, parse_placements
+
+            def part(placements, full=full):
+                region = mesh_region(full.shape, parse_placements(placements, len(mesh_shape)), mesh.coord, mesh_shape)
+                return np.ascontiguousarray(full[tuple(slice(a, b) for a, b in region)])
+
+            on = rs.redistribute(_as(engine, part(src)), src, dst, mesh=mesh)
+            steps = [step.collective for step in rs.last_exchange().steps]
+            off = rs.redistribute(_as(engine, part(src)), src, dst, mesh=mesh, arena=False)
+            want = part(dst)
+        rows.append((_np(on).tobytes(), _np(off).tobytes(), np.ascontiguousarray(want).tobytes(), in_arena(on),
+                     in_arena(off), steps, on.shape != () and np.asarray(_np(on)).size > 0))
+    return rows
+
+
+def chain(comm, engine, n, calls):
+    """S(0) -> S(1) -> S(0) ... ``calls`` times, each input the previous result; per call: the
+    result equals numpy's, it lies in the arena, and the copies it packed (0 once the input
+    is an earlier result: the peers read it in place)."""
+    full = np.arange(n * n, dtype=np.float32).reshape(n, n)
+    x = _as(engine, rs.local_shard(full, rs.Shard(0), comm.rank, comm.size))
+    layouts = [rs.Shard(0), rs.Shard(1)]
+    out = []
+    for k in range(calls):
+        src, dst = layouts[k % 2], layouts[(k + 1) % 2]
+        x = rs.redistribute(x, src, dst, comm)
+        stats = rs.last_exchange()
+        want = rs.local_shard(full, dst, comm.rank, comm.size)
+        out.append((bool(np.array_equal(_np(x), want)), in_arena(x), stats.pack_copies, stats.unpack_copies))
+    return out
+
+
+def from_empty(comm, engine, n):
+    """The input made by ``rs.empty``/``rs.empty_like``: no copy packed, the result right."""
+    import torch
+
+    full = np.arange(n * n, dtype=np.float32).reshape(n, n)
+    mine = rs.local_shard(full, rs.Shard(0), comm.rank, comm.size)
+    x = rs.empty(mine.shape, np.float32 if engine == "mpi" else torch.float32, comm=comm)
+    x[...] = _as(engine, mine)
+    y = rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm)
+    first = rs.last_exchange().pack_copies
+    z = rs.empty_like(mine if engine == "mpi" else torch.from_numpy(mine.copy()), comm=comm)
+    z[...] = _as(engine, mine)
+    rs.redistribute(z, rs.Shard(0), rs.Shard(1), comm)
+    second = rs.last_exchange().pack_copies
+    ordinary = _as(engine, mine.copy())
+    rs.redistribute(ordinary, rs.Shard(0), rs.Shard(1), comm)
+    third = rs.last_exchange().pack_copies
+    return (bool(np.array_equal(_np(y), rs.local_shard(full, rs.Shard(1), comm.rank, comm.size))),
+            in_arena(x), in_arena(z), first, second, third)
+
+
+def input_changed_after(comm, engine, n):
+    """Each rank overwrites its input right after the call returns and then changes its
+    result in place and passes it on: the peers' results hold the values of the time of
+    each call."""
+    full = np.arange(n * n, dtype=np.float32).reshape(n, n)
+    x = rs.empty((n // comm.size, n), np.float32)
+    x[...] = rs.local_shard(full, rs.Shard(0), comm.rank, comm.size)
+    x = _as(engine, x) if engine != "mpi" else x
+    y = rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm)
+    x[...] = _as(engine, np.full(x.shape, -1, np.float32))  # after the call: no peer may see it
+    comm.barrier()
+    first = bool(np.array_equal(_np(y), rs.local_shard(full, rs.Shard(1), comm.rank, comm.size)))
+    y *= 2  # in place: the next call moves the new values
+    z = rs.redistribute(y, rs.Shard(1), rs.Shard(0), comm)
+    second = bool(np.array_equal(_np(z), 2 * rs.local_shard(full, rs.Shard(0), comm.rank, comm.size)))
+    return first, second, in_arena(y)
+
+
+def outlives(comm, engine, n):
+    """A result stays right after many more blocks are taken from the arena and after the
+    communicator is closed."""
+    full = np.arange(n * n, dtype=np.float32).reshape(n, n)
+    y = rs.redistribute(_as(engine, rs.local_shard(full, rs.Shard(0), comm.rank, comm.size)), rs.Shard(0),
+                        rs.Shard(1), comm)
+    want = rs.local_shard(full, rs.Shard(1), comm.rank, comm.size)
+    more = [rs.empty((1 << 20,), np.uint8) for _ in range(64)]  # 64 MiB more of the arena
+    for i, block in enumerate(more):
+        block[:] = i % 251
+    after_growth = bool(np.array_equal(_np(y), want))
+    comm.close()
+    return after_growth, bool(np.array_equal(_np(y), want)), in_arena(y)
+
+
+def dies_while_read(comm, victim, outdir, n):
+    """``victim`` ends its process where its peers wait on it in an exchange that reads in
+    place (a replay with the check off goes straight to the exchange); each survivor writes
+    what it raised."""
+    comm.check = False
+    x = rs.empty((n // comm.size, n), np.float32)
+    x[...] = comm.rank
+    rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm, (n, n))  # the link is made and used once
+    if comm.rank == victim:
+        os._exit(7)
+    try:
+        rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm, (n, n))
+        outcome = "no error"
+    except rs.ReshardError as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    with open(os.path.join(outdir, f"rank{comm.rank}"), "w") as f:
+        f.write(outcome)
+    return outcome

@@ -1,0 +1,252 @@
+"""The shared arena: arrays same-host peers read in place, and exchanges that read them there
+(one copy per byte), against numpy on the full array, with the arena on and off."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import reshard as rs
+from reshard.engines import arena as arena_mod
+from tests.helpers import arena_rank
+
+torch = pytest.importorskip("torch")
+needs_arena = pytest.mark.skipif(arena_mod.why_not() is not None, reason=f"no shared arena here: {arena_mod.why_not()}")
+pytestmark = needs_arena
+ENGINES = ["gloo", "mpi"]
+
+
+@pytest.fixture
+def small_exchanges(monkeypatch):
+    """Every exchange reads in place, however small (the ranks inherit the setting)."""
+    monkeypatch.setenv("RESHARD_ARENA_MIN_BYTES", "0")
+
+
+def _engine_or_skip(engine):
+    from reshard.engines.available import missing_for
+
+    why = missing_for(engine)
+    if why is not None:
+        pytest.skip(f"{engine} is not installed here: {why}")
+
+
+# -- the arena itself, in this process ----------------------------------------------------
+
+
+def test_blocks_are_reused_and_returned_to_the_system(monkeypatch):
+    monkeypatch.setattr(arena_mod, "KEEP_WARM_BYTES", 1 << 20)
+    arena = arena_mod.Arena(cap=512 << 20)
+    try:
+        a = arena.array((32 << 20,), np.uint8)
+        a[:] = 1
+        first = arena.where(a.__array_interface__["data"][0], a.nbytes)
+        del a
+        b = arena.array((32 << 20,), np.uint8)  # the same length: the warm block again, no page fault
+        assert arena.where(b.__array_interface__["data"][0], b.nbytes) == first
+        del b
+        assert _file_pages(arena.fd) * mmap.PAGESIZE >= 32 << 20  # kept touched
+        c = arena.array((24 << 20,), np.uint8)  # another length: fresh space
+        c[:] = 2
+        del c
+        # warm 32 + 24 MiB > the most alive at once (32 MiB): the larger block's pages went back
+        assert arena.live == 0 and arena.warm_bytes == 24 << 20
+        held = _file_pages(arena.fd) * mmap.PAGESIZE
+        assert 24 << 20 <= held <= (24 << 20) + arena_mod.HEAD_BYTES, held
+        d = arena.array((32 << 20,), np.uint8)  # the returned range is free for reuse
+        assert arena.where(d.__array_interface__["data"][0], d.nbytes) == first
+        del d
+    finally:
+        arena.map.close()
+        os.close(arena.fd)
+
+
+def _file_pages(fd):
+    """Pages the system holds for a memory file (its blocks, as ``stat`` counts them)."""
+    return os.fstat(fd).st_blocks * 512 // mmap.PAGESIZE
+
+
+def test_past_the_cap_results_come_from_ordinary_memory_with_one_warning(monkeypatch):
+    arena = arena_mod.Arena(cap=4 << 20)
+    monkeypatch.setitem(arena_mod._state, "arena", arena)
+    keep = arena_mod.numpy_array((2 << 20,), np.uint8)
+    assert keep is not None
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert arena_mod.numpy_array((8 << 20,), np.uint8) is None
+        assert arena_mod.numpy_array((8 << 20,), np.uint8) is None
+        ordinary = rs.empty((8 << 20,), np.uint8)
+    assert [w.category for w in seen] == [ResourceWarning]
+    assert "RESHARD_ARENA_BYTES" in str(seen[0].message)
+    assert ordinary.shape == (8 << 20,) and arena_mod.locate(ordinary) is None
+
+
+def test_empty_gives_numpy_and_torch_in_the_arena():
+    a = rs.empty((3, 5), np.float64)
+    t = rs.empty((4, 6), torch.bfloat16)
+    u = rs.empty_like(torch.zeros(2, 3, dtype=torch.int16))
+    v = rs.empty_like(np.zeros((7,), np.complex64))
+    assert type(a) is np.ndarray and a.shape == (3, 5) and a.dtype == np.float64
+    assert isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 and tuple(t.shape) == (4, 6)
+    assert u.dtype == torch.int16 and v.dtype == np.complex64
+    assert all(arena_rank.in_arena(z) for z in (a, t, u, v))
+    t.fill_(1.5)
+    assert float(t.float().sum()) == 36.0
+
+
+def test_empty_refuses_device_tensors_nccl_and_bad_shapes():
+    with pytest.raises(rs.InvalidArgument, match="CPU memory"):
+        rs.empty_like(torch.empty(2, device="meta"))
+    with pytest.raises(rs.InvalidArgument, match="sizes >= 0"):
+        rs.empty((2, -1), np.float32)
+    with pytest.raises(rs.InvalidArgument, match="dtype"):
+        rs.empty((2,), "not a dtype")
+    with pytest.raises(rs.InvalidArgument, match="comm must be"):
+        rs.empty((2,), np.float32, comm="world")
+
+
+def test_arena_arrays_cannot_be_resized_and_pickle_as_ordinary_copies():
+    a = rs.empty((16,), np.float32)
+    a[:] = np.arange(16)
+    with pytest.raises(ValueError):
+        a.resize((32,))
+    t = torch.from_numpy(rs.empty((16,), np.float32))
+    with pytest.raises(RuntimeError):
+        t.resize_(1 << 20)
+    back = pickle.loads(pickle.dumps(a))
+    assert np.array_equal(back, a) and arena_mod.locate(back) is None
+    shared = torch.from_numpy(a).clone().share_memory_()
+    assert not arena_rank.in_arena(shared)
+
+
+def test_a_forked_child_cannot_change_what_the_parents_peers_read():
+    a = rs.empty((1024,), np.int64)
+    a[:] = 5
+    offset, nbytes = arena_mod.locate(a)
+    parent = arena_mod.arena()
+    # a peer's view: the file opened through /proc, as a same-host rank opens it
+    fd = os.open(f"/proc/{os.getpid()}/fd/{parent.fd}", os.O_RDONLY)
+    peer = np.frombuffer(mmap.mmap(fd, parent.cap, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.uint8)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: writes the inherited array, allocates, reports where
+        try:
+            a[:] = -1
+            b = rs.empty((1024,), np.int64)
+            b[:] = -2
+            mine = arena_mod.arena()
+            os.write(write, f"{int(a[0])} {int(mine is not parent and mine.fd != parent.fd or mine is None)}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    child_saw, own_arena = os.read(read, 100).decode().split()
+    os.close(read)
+    assert status == 0 and child_saw == "-1"  # the child sees its own write
+    assert own_arena == "1"  # and allocates from an arena of its own
+    assert np.all(a == 5)  # the parent's array is untouched
+    assert np.all(peer[offset : offset + nbytes].view(np.int64) == 5)  # and so is what its peers read
+    del peer
+    os.close(fd)
+
+
+# -- exchanges that read in place ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_chain_of_changes_moves_each_byte_once_after_the_first(engine):
+    _engine_or_skip(engine)
+    rows = rs.spawn(arena_rank.chain, 3, engine, args=(engine, 1024, 4), timeout=120)
+    for per_call in rows:
+        assert all(ok for ok, *_ in per_call)
+        assert all(inside for _, inside, *_ in per_call)
+        # the first input is the user's ordinary array: copied into the arena once; then none
+        assert [packs for _, _, packs, _ in per_call] == [1, 0, 0, 0]
+        assert all(unpacks == 0 for *_, unpacks in per_call)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_input_from_empty_is_read_in_place(engine):
+    _engine_or_skip(engine)
+    for ok, x_in, z_in, first, second, third in rs.spawn(arena_rank.from_empty, 4, engine, args=(engine, 1024),
+                                                          timeout=120):
+        assert ok and x_in and z_in
+        assert (first, second, third) == (0, 0, 1)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_input_changed_after_the_call_never_reaches_a_peers_result(engine, small_exchanges):
+    _engine_or_skip(engine)
+    assert rs.spawn(arena_rank.input_changed_after, 3, engine, args=(engine, 96), timeout=120) == [(True, True, True)] * 3
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_results_stay_valid_after_the_arena_grows_and_the_comm_closes(engine):
+    _engine_or_skip(engine)
+    assert rs.spawn(arena_rank.outlives, 2, engine, args=(engine, 1024), timeout=120) == [(True, True, True)] * 2
+
+
+def test_survivors_raise_rank_failed_when_a_rank_dies_mid_exchange(tmp_path, small_exchanges):
+    with pytest.raises(rs.RankFailed) as info:
+        rs.spawn(arena_rank.dies_while_read, 3, args=(1, str(tmp_path), 96), timeout=60)
+    assert 1 in info.value.failures
+    seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    for rank, outcome in seen.items():
+        assert outcome.startswith("RankFailed") and "rank(s) 1 gone" in outcome, (rank, outcome)
+
+
+_PLACEMENTS = [rs.Shard(0), rs.Shard(1), rs.Shard(2), rs.Replicate()]
+
+
+@st.composite
+def _cases(draw, ndim=3):
+    out = []
+    for _ in range(draw(st.integers(1, 4))):
+        shape = tuple(draw(st.integers(0, 9)) for _ in range(ndim))
+        src, dst = draw(st.sampled_from(_PLACEMENTS)), draw(st.sampled_from(_PLACEMENTS))
+        dtype = draw(st.sampled_from(["float32", "float64", "int16", "uint8", "complex64"]))
+        out.append((shape, dtype, src, dst, draw(st.integers(0, 1 << 16))))
+    return out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=_cases())
+def test_every_world_change_is_the_same_with_the_arena_on_and_off(engine, cases, small_exchanges):
+    _engine_or_skip(engine)
+    rows = rs.spawn(arena_rank.changes, 3, engine, args=(engine, cases), timeout=120)
+    for per_rank in rows:
+        for (on, off, want, on_inside, off_inside, steps, holds), case in zip(per_rank, cases):
+            assert on == want and off == want, case
+            assert not off_inside, case
+            if steps == ["all_to_all"] and holds:  # an exchange that moved data: its result in the arena
+                assert on_inside, case
+
+
+_MESH_LAYOUTS = [(rs.Shard(0), rs.Shard(1)), (rs.Shard(1), rs.Replicate()), (rs.Replicate(), rs.Shard(0)),
+                 (rs.Shard(0), rs.Shard(0)), rs.Spec((1, 0), None), rs.Spec(None, 1)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_mesh_change_is_the_same_with_the_arena_on_and_off(engine, data, small_exchanges):
+    _engine_or_skip(engine)
+    cases = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        shape = (data.draw(st.integers(0, 11)), data.draw(st.integers(0, 11)))
+        cases.append((shape, data.draw(st.sampled_from(["float32", "int64"])), data.draw(st.sampled_from(_MESH_LAYOUTS)),
+                      data.draw(st.sampled_from(_MESH_LAYOUTS)), data.draw(st.integers(0, 1 << 16))))
+    rows = rs.spawn(arena_rank.changes, 4, engine, args=(engine, cases, (2, 2)), timeout=120)
+    for per_rank in rows:
+        for (on, off, want, on_inside, off_inside, steps, holds), case in zip(per_rank, cases):
+            assert on == want and off == want, case
+            assert not off_inside, case
+            if steps == ["all_to_all"] and holds:
+                assert on_inside, case
