@@ -126,10 +126,11 @@ class ArenaReads:
 
     def __init__(self, link: ArenaLink, out_shape: Sequence[int], fill_op: str | None,
                  own: list[tuple[Slices, Slices]], readers: dict[int, tuple[int, int, int]],
-                 writers: dict[int, int], read_plan: Any) -> None:
+                 writers: dict[int, int], read_plan: Any, in_arena: bool = True) -> None:
         self.link, self.out_shape, self.fill_op = link, tuple(out_shape), fill_op
         self.own, self.readers, self.writers = own, readers, writers
         self.read_plan = read_plan  # (peer, start, extent) -> (its input's shape, [(in it, in the result)])
+        self.in_arena = in_arena  # the result in the arena (not for a buffer the step reduces at once)
         self.receives_result = False
 
     def __call__(self, k: Any, xt: Array, prepared: Any = None) -> Array:
@@ -147,7 +148,7 @@ class ArenaReads:
                 x, source = staged, arena_mod.locate(staged)
         link = self.link
         link.post(source, self.readers)  # first: the peers read while this rank copies its own part
-        out = shared_empty(self.out_shape, xt)
+        out = shared_empty(self.out_shape, xt) if self.in_arena else None
         if out is None:
             out = arrays.empty(self.out_shape, like=xt)
         tally.allocated += numel(self.out_shape) * arrays.itemsize(xt)
@@ -222,3 +223,53 @@ def boxes_reads(link: ArenaLink, step: ExchangeBoxes) -> ArenaReads:
 
     return ArenaReads(link, tuple(b - a for a, b in target), step.fill_op, own, readers, writers, read_plan)
 
+
+
+def _cut(ndim: int, dim: int, start: int, length: int) -> Slices:
+    return tuple(slice(start, start + length) if d == dim else slice(None) for d in range(ndim))
+
+
+def gather_reads(link: ArenaLink, rank: int, in_shape: Sequence[int], dim: int, lengths: Sequence[int]) -> ArenaReads:
+    """all_gather along ``dim`` as reads: every peer's whole input into its run of the result."""
+    ndim, starts = len(in_shape), offsets(lengths)
+    pieces = [with_dim(in_shape, dim, k) for k in lengths]
+    full = (slice(None),) * ndim
+
+    def tag(piece: Sequence[int]) -> int:
+        return exchange_tag("all_gather", dim, tuple(piece))
+
+    readers = {q: (tag(pieces[rank]), 0, lengths[rank]) for q in range(len(lengths)) if q != rank and numel(pieces[rank])}
+    writers = {p: tag(pieces[p]) for p in range(len(lengths)) if p != rank and numel(pieces[p])}
+    own = [(full, _cut(ndim, dim, starts[rank], lengths[rank]))] if numel(pieces[rank]) else []
+
+    def read_plan(p: int, start: int, extent: int) -> tuple[tuple[int, ...], list[tuple[Slices, Slices]]]:
+        return tuple(pieces[p]), [(full, _cut(ndim, dim, starts[p], lengths[p]))]
+
+    return ArenaReads(link, with_dim(in_shape, dim, sum(lengths)), None, own, readers, writers, read_plan)
+
+
+def scatter_reads(link: ArenaLink, rank: int, size: int, in_shape: Sequence[int], dim: int) -> ArenaReads:
+    """The exchange of reduce_scatter along ``dim`` as reads: piece ``rank`` (balanced) of every
+    rank's input, stacked in rank order ``[size, *piece]``, for the reduction that follows."""
+    from ..planning.layout import shard_sizes
+
+    ndim = len(in_shape)
+    sizes = shard_sizes(in_shape[dim], size)
+    starts = offsets(sizes)
+    pieces = [with_dim(in_shape, dim, k) for k in sizes]
+
+    def tag(piece: Sequence[int]) -> int:
+        return exchange_tag("reduce_scatter", dim, tuple(in_shape), tuple(piece))
+
+    def into(p: int) -> Slices:
+        return (slice(p, p + 1),) + (slice(None),) * ndim
+
+    readers = {q: (tag(pieces[q]), starts[q], in_shape[dim]) for q in range(size) if q != rank and numel(pieces[q])}
+    writers = {p: tag(pieces[rank]) for p in range(size) if p != rank and numel(pieces[rank])}
+    mine = _cut(ndim, dim, starts[rank], sizes[rank])
+    own = [(mine, into(rank))] if numel(pieces[rank]) else []
+
+    def read_plan(p: int, start: int, extent: int) -> tuple[tuple[int, ...], list[tuple[Slices, Slices]]]:
+        return tuple(in_shape), [(mine, into(p))]
+
+    return ArenaReads(link, (size, *pieces[rank]), None, own, readers, writers, read_plan, in_arena=False)

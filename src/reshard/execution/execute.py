@@ -36,7 +36,7 @@ from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
 Array = Any  # torch.Tensor or numpy.ndarray
 Runner = Callable[..., Array]  # (call, x, prepared=None) -> the step's output
 SubComm = Callable[[int], Any]  # mesh dim -> the communicator along it
-_FORMED = (AllToAll, ExchangeBoxes, OnMeshDim)  # steps whose engine form is made from their input
+_FORMED = (AllToAll, ExchangeBoxes, OnMeshDim, AllGather, ReduceScatter)  # steps whose form is made from their input
 
 
 class PlanRun:
@@ -171,6 +171,10 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
         if link is not None:
             return arena_reads.all_to_all_reads(link, call.rank, step)
         return call.primitives.all_to_all_form(call, x, step)
+    if isinstance(step, (AllGather, ReduceScatter)) and arena_reads.allowed(x):
+        reads = _gather_or_scatter_reads(call, x, step)
+        if reads is not None:
+            return reads
     if isinstance(step, AllToAllV):
         return lambda k, xt, prepared=None: step_bodies.exchange_rows(k, xt, step.segments)
     if isinstance(step, AllGather) and step.dim is not None:
@@ -195,6 +199,34 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
     if isinstance(step, OnMeshDim):
         return _on_mesh_dim(call, x, step, sub)
     raise TypeError(f"not a step: {step!r}")
+
+
+def _gather_or_scatter_reads(call: CallState, x: Array, step: AllGather | ReduceScatter) -> Runner | None:
+    """all_gather, or the exchange of reduce_scatter (its reduction after it, in rank order),
+    as reads in place where the group has a link and the tensor is large enough; else None."""
+    flat = step.dim is None
+    shape = (numel(x.shape),) if flat else tuple(x.shape)
+    dim = 0 if flat else step.dim
+    item = call.arrays.itemsize(x)
+    if isinstance(step, AllGather):
+        link = arena_reads.link_for(call.primitives, numel(with_dim(shape, dim, sum(step.lengths))), item)
+        if link is None:
+            return None
+        reads = arena_reads.gather_reads(link, call.rank, shape, dim, step.lengths)
+        if not flat:
+            return reads
+        return lambda k, xt, prepared=None: reads(k, xt.reshape(-1)).reshape(step.shape)
+    link = arena_reads.link_for(call.primitives, numel(shape) * call.size, item)
+    if link is None:
+        return None
+    reads = arena_reads.scatter_reads(link, call.rank, call.size, shape, dim)
+
+    def reduce_scatter(k: CallState, xt: Array, prepared: Any = None) -> Array:
+        stacked = reads(k, xt.reshape(-1) if flat else xt)
+        k.tally.allocated += numel(stacked.shape[1:]) * k.arrays.itemsize(xt)  # the accumulator
+        return k.arrays.stack_reduce(stacked, step.op)
+
+    return reduce_scatter
 
 
 def _all_to_all_elements(g: AllToAll) -> int:
