@@ -54,8 +54,8 @@ def test_a_foreign_file_is_not_taken_for_an_outbox(tmp_path):
     path.write_bytes(b"\0" * 64)
     with open(path, "rb") as f:
         token = np.frombuffer(os.urandom(16), dtype=np.int64)
-        assert shm._open_outbox(os.getpid(), f.fileno(), token) is None
-    assert shm._open_outbox(os.getpid(), 10**6, token) is None  # no such descriptor
+        assert shm.open_peer_file(os.getpid(), f.fileno(), token) is None
+    assert shm.open_peer_file(os.getpid(), 10**6, token) is None  # no such descriptor
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
