@@ -194,13 +194,45 @@ def output_layout(shape: Sequence[int], mesh_shape: Any, src: Any, axes: Sequenc
 
 
 def _local(kind: str, a: Any, axes: tuple[int, ...], norm: str, backend: Any, n: int | None = None) -> Any:
+    out = _arena_out(kind, a, axes, backend, n)
+    kw = {} if out is None else {"out": out}
     if kind == "fft":
-        return backend.fftn(a, axes=axes, norm=norm)
+        return backend.fftn(a, axes=axes, norm=norm, **kw)
     if kind == "ifft":
-        return backend.ifftn(a, axes=axes, norm=norm)
+        return backend.ifftn(a, axes=axes, norm=norm, **kw)
     if kind == "rfft":
-        return backend.rfft(a, axis=axes[0], norm=norm)
-    return backend.irfft(a, n=n, axis=axes[0], norm=norm)
+        return backend.rfft(a, axis=axes[0], norm=norm, **kw)
+    return backend.irfft(a, n=n, axis=axes[0], norm=norm, **kw)
+
+
+_OUT_DTYPES: dict[tuple[str, Any], Any] = {}
+
+
+def _arena_out(kind: str, a: Any, axes: tuple[int, ...], backend: Any, n: int | None) -> Any:
+    """Where a local transform may write its result in the shared arena, so the transpose after
+    it reads that in place: numpy's FFT (``out=``, numpy 2) on an array of
+    ``RESHARD_ARENA_MIN_BYTES`` or more; None elsewhere (the transform makes its own)."""
+    import numpy as np
+
+    from . import settings
+    from .engines import arena as arena_mod
+
+    if backend.__name__ != "numpy.fft" or int(np.__version__.split(".")[0]) < 2 or not arena_mod.enabled():
+        return None
+    if a.nbytes < settings.read("RESHARD_ARENA_MIN_BYTES"):
+        return None
+    key = (kind, a.dtype)
+    dtype = _OUT_DTYPES.get(key)
+    if dtype is None:  # numpy's own choice, from a transform of one point
+        tiny = np.zeros(2, dtype=a.dtype)
+        dtype = _OUT_DTYPES[key] = {"fft": backend.fft, "ifft": backend.ifft, "rfft": backend.rfft,
+                                    "irfft": backend.irfft}[kind](tiny).dtype
+    shape = list(a.shape)
+    if kind == "rfft":
+        shape[axes[0]] = shape[axes[0]] // 2 + 1
+    elif kind == "irfft":
+        shape[axes[0]] = n
+    return arena_mod.numpy_array(shape, dtype)
 
 
 def _backend(name: str) -> Any:

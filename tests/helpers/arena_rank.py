@@ -153,3 +153,20 @@ def dies_while_read(comm, victim, outdir, n):
     with open(os.path.join(outdir, f"rank{comm.rank}"), "w") as f:
         f.write(outcome)
     return outcome
+
+
+def transforms(comm, engine, shape):
+    """fftn, ifftn and rfftn of one array on a 2x2 mesh (pencils): each result's bytes and
+    whether it lies in the arena."""
+    mesh = rs.Mesh((2, 2), comm=comm)
+    rng = np.random.default_rng(7)
+    full = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    src = (rs.Shard(0), rs.Shard(1))
+    from reshard.planning.layout import mesh_region
+
+    region = mesh_region(full.shape, src, mesh.coord, (2, 2))
+    mine = np.ascontiguousarray(full[tuple(slice(a, b) for a, b in region)])
+    out = []
+    for result in (rs.fft.fftn(mine, mesh, src), rs.fft.ifftn(mine, mesh, src), rs.fft.rfftn(mine.real.copy(), mesh, src)):
+        out.append((np.asarray(result).tobytes(), in_arena(result)))
+    return out

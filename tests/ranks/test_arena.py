@@ -253,3 +253,14 @@ def test_every_mesh_change_is_the_same_with_the_arena_on_and_off(engine, data, s
             assert not off_inside, case
             if steps == ["all_to_all"] and holds:
                 assert on_inside, case
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_fft_gives_the_same_bits_with_the_arena_on_and_off(engine, small_exchanges, monkeypatch):
+    _engine_or_skip(engine)
+    on = rs.spawn(arena_rank.transforms, 4, engine, args=(engine, (16, 12, 10)), timeout=120)
+    monkeypatch.setenv("RESHARD_ARENA", "0")
+    off = rs.spawn(arena_rank.transforms, 4, engine, args=(engine, (16, 12, 10)), timeout=120)
+    for mine, theirs in zip(on, off):
+        assert [bits for bits, _ in mine] == [bits for bits, _ in theirs]
+        assert all(inside for _, inside in mine) and not any(inside for _, inside in theirs)
