@@ -169,7 +169,7 @@ def all_to_all_v(
         mesh = call.comm.hosts_mesh
         plan = planner.all_to_all_v_hierarchical(call.rank, matrix, mesh.shape[0])
         return execute.run(call, x, plan, backward=lambda: plan.reverse(), sub=mesh.sub, mesh_shape=mesh.shape), got
-    plan = planner.all_to_all_v(call.rank, n, [(args[0], got)])
+    plan = planner.all_to_all_v(call.rank, n, [(args[0], got)], total_rows=sum(map(sum, matrix)))
     return execute.run(call, x, plan, backward=lambda: plan.reverse()), got
 
 

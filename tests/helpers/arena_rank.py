@@ -170,3 +170,20 @@ def transforms(comm, engine, shape):
     for result in (rs.fft.fftn(mine, mesh, src), rs.fft.ifftn(mine, mesh, src), rs.fft.rfftn(mine.real.copy(), mesh, src)):
         out.append((np.asarray(result).tobytes(), in_arena(result)))
     return out
+
+
+def rows(comm, engine, tokens, hidden, experts, top_k, seed):
+    """all_to_all_v, then MoE dispatch and combine (weights given), of random rows: each
+    result's bytes and whether it lies in the arena; the combined rows against numpy's sum of
+    each token's weighted rows (the experts are identities)."""
+    rng = np.random.default_rng(seed + comm.rank)
+    x = rng.standard_normal((tokens, hidden)).astype(np.float32)
+    counts = rng.multinomial(tokens, [1 / comm.size] * comm.size)
+    moved, _ = rs.all_to_all_v(_as(engine, x), [int(c) for c in counts], comm)
+    ids = np.stack([rng.permutation(experts)[:top_k] for _ in range(tokens)]).astype(np.int64)
+    weights = rng.random((tokens, top_k)).astype(np.float32)
+    expert_in, handle = rs.moe.dispatch(_as(engine, x), _as(engine, ids), experts, comm)
+    back = rs.moe.combine(expert_in, handle, _as(engine, weights))
+    want = (x[:, None, :] * weights[:, :, None]).sum(axis=1)
+    return [(_np(moved).tobytes(), in_arena(moved)), (_np(expert_in).tobytes(), in_arena(expert_in)),
+            (_np(back).tobytes(), bool(np.allclose(_np(back), want, rtol=1e-5, atol=1e-5)))]

@@ -264,3 +264,16 @@ def test_the_fft_gives_the_same_bits_with_the_arena_on_and_off(engine, small_exc
     for mine, theirs in zip(on, off):
         assert [bits for bits, _ in mine] == [bits for bits, _ in theirs]
         assert all(inside for _, inside in mine) and not any(inside for _, inside in theirs)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rows_and_moe_give_the_same_bits_with_the_arena_on_and_off(engine, small_exchanges, monkeypatch):
+    _engine_or_skip(engine)
+    args = (engine, 50, 24, 8, 2, 3)
+    on = rs.spawn(arena_rank.rows, 4, engine, args=args, timeout=120)
+    monkeypatch.setenv("RESHARD_ARENA", "0")
+    off = rs.spawn(arena_rank.rows, 4, engine, args=args, timeout=120)
+    for (moved, dispatched, combined), (moved_off, dispatched_off, combined_off) in zip(on, off):
+        assert moved[0] == moved_off[0] and dispatched[0] == dispatched_off[0] and combined[0] == combined_off[0]
+        assert moved[1] and dispatched[1] and not moved_off[1] and not dispatched_off[1]  # read in place with it on
+        assert combined[1] and combined_off[1]  # and right: numpy's weighted sums

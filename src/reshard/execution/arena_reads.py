@@ -273,3 +273,62 @@ def scatter_reads(link: ArenaLink, rank: int, size: int, in_shape: Sequence[int]
         return tuple(in_shape), [(mine, into(p))]
 
     return ArenaReads(link, (size, *pieces[rank]), None, own, readers, writers, read_plan, in_arena=False)
+
+
+class RowsReads:
+    """``run(call, x, prepared=None)`` for an exchange of rows (``steps.AllToAllV``) as reads in
+    place: per segment, each rank copies its rows out of every peer's input (at the row the
+    peer's note gives) into its block of the result, one round of notes per segment."""
+
+    def __init__(self, link: ArenaLink, rank: int, segments: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
+        self.link, self.rank, self.segments = link, rank, segments
+        self.receives_result = False
+
+    def __call__(self, k: Any, xt: Array, prepared: Any = None) -> Array:
+        tally, arrays, rank, link = k.tally, k.arrays, self.rank, self.link
+        x = numpy_view(xt)
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+            tally.packs += 1
+        trail = tuple(x.shape[1:])
+        row_bytes = numel(trail) * x.itemsize
+        reads_any = any(any(s for j, s in enumerate(send) if j != rank) for send, _ in self.segments)
+        source = arena_mod.locate(x) if reads_any else (0, 0)
+        if source is None:
+            staged = arena_mod.numpy_array(x.shape, x.dtype)
+            if staged is None:
+                source = (0, -1)
+            else:
+                np.copyto(staged, x)
+                tally.staged += 1
+                tally.allocated += staged.nbytes
+                x, source = staged, arena_mod.locate(staged)
+        rows = sum(sum(recv) for _, recv in self.segments)
+        out = shared_empty((rows, *trail), xt)
+        if out is None:
+            out = arrays.empty((rows, *trail), like=xt)
+        tally.allocated += rows * row_bytes
+        result = numpy_view(out)
+        sent = received = 0
+        for seg, (sends, recvs) in enumerate(self.segments):
+            send_at = [sent + o for o in offsets(sends)]
+            recv_at = [received + o for o in offsets(recvs)]
+            readers = {q: (exchange_tag("rows", seg, c, trail), send_at[q], x.shape[0])
+                       for q, c in enumerate(sends) if c and q != rank}
+            writers = {p: exchange_tag("rows", seg, c, trail) for p, c in enumerate(recvs) if c and p != rank}
+            link.post(source, readers)
+            if sends[rank]:
+                result[recv_at[rank] : recv_at[rank] + recvs[rank]] = x[send_at[rank] : send_at[rank] + sends[rank]]
+
+            def read(p: int, raw: np.ndarray, start: int, extent: int, recv_at: list[int] = recv_at,
+                     recvs: Sequence[int] = recvs) -> str | None:
+                if raw.size != extent * row_bytes or start + recvs[p] > extent:
+                    return f"rank {p}'s rows do not fit its input ({raw.size} bytes, {extent} rows)"
+                theirs = raw.view(x.dtype).reshape((extent, *trail))
+                result[recv_at[p] : recv_at[p] + recvs[p]] = theirs[start : start + recvs[p]]
+                return None
+
+            link.settle(readers, writers, read, k.op)
+            sent, received = sent + sum(sends), received + sum(recvs)
+        tally.landing = out
+        return out

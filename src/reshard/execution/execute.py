@@ -176,6 +176,10 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
         if reads is not None:
             return reads
     if isinstance(step, AllToAllV):
+        link = arena_reads.link_for(call.primitives, step.total_rows * numel(x.shape[1:]), call.arrays.itemsize(x)) \
+            if step.total_rows and arena_reads.allowed(x) else None
+        if link is not None:
+            return arena_reads.RowsReads(link, call.rank, step.segments)
         return lambda k, xt, prepared=None: step_bodies.exchange_rows(k, xt, step.segments)
     if isinstance(step, AllGather) and step.dim is not None:
         return lambda k, xt, prepared=None: step_bodies.gather_core(k, xt, step.dim, step.lengths, None)

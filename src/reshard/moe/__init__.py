@@ -66,6 +66,7 @@ class MoEHandle:
     slot_rows: np.ndarray | None = field(default=None, repr=False)  # dropless: returned row of each (token, slot)
     algorithm: str = "flat"  # the path dispatch took: "flat" or "hierarchical"
     hosts: host_routes.HostRoutes | None = field(default=None, repr=False)  # the hierarchical path's routes
+    total_rows: int = field(default=0, repr=False)  # every rank's sent rows together (the same on every rank)
 
 
 # The records hold capacity None as -1 and the algorithm as its index: a disagreement names them.
@@ -264,9 +265,11 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
             dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
             kept=kept.reshape(num_tokens, top_k), send_counts=send_counts, recv_counts=recv_counts, counts=counts,
             num_experts=experts, top_k=top_k, num_tokens=num_tokens, comm=comm_, send_rows=send_rows,
-            segment_send=segment_send, segment_recv=segment_recv, algorithm="hierarchical", hosts=routes)
+            segment_send=segment_send, segment_recv=segment_recv, algorithm="hierarchical", hosts=routes,
+            total_rows=int(kept_counts.sum()))
     rows = take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
-    expert_inputs = exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)")
+    expert_inputs = exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)",
+                                      int(kept_counts.sum()))
     execute.report_as("moe.dispatch", call)
     handle = MoEHandle(
         tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
@@ -276,6 +279,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
         num_tokens=num_tokens, comm=comm_, send_rows=send_rows, segment_send=segment_send,
         segment_recv=segment_recv,
         slot_rows=np.argsort(send_rows, kind="stable") if dropped_pairs.size == 0 else None,
+        total_rows=int(kept_counts.sum()),
     )
     return expert_inputs, handle
 
@@ -310,7 +314,8 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
         execute.report_as("moe.combine", call)
         return out
     # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
-    back = exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)")
+    back = exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)",
+                             handle.total_rows)
     execute.report_as("moe.combine", call)
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])

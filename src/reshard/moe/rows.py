@@ -46,15 +46,18 @@ def take_rows(a: Array, idx: np.ndarray) -> Array:
 
 
 def exchange_segments(
-    comm: Comm, x: Array, segment_send: list[list[int]], segment_recv: list[list[int]], what: str
+    comm: Comm, x: Array, segment_send: list[list[int]], segment_recv: list[list[int]], what: str,
+    total_rows: int = 0,
 ) -> Array:
     """One exchange per segment: ``x`` is ``[sum of all sends, *F]``, segment l's rows in rank
     order (``segment_send[l][j]`` rows for rank j); the result is ``[sum of all receives, *F]``,
     segment l's rows from every rank in rank order, each exchange writing straight into its
-    block. Returns numpy for numpy; on the autograd tape the backward is the plan back."""
+    block. Returns numpy for numpy; on the autograd tape the backward is the plan back.
+    ``total_rows``: every rank's rows together, where every rank knows them alike (else 0)."""
     call = Call(what, x, comm, False)
     call.take_input()
-    plan = planner.all_to_all_v(call.rank, call.size, list(zip(segment_send, segment_recv)), op=what)
+    plan = planner.all_to_all_v(call.rank, call.size, list(zip(segment_send, segment_recv)), op=what,
+                                total_rows=total_rows)
     return execute.run(call, x, plan, backward=lambda: plan.reverse())
 
 

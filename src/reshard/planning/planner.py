@@ -138,10 +138,12 @@ def _same_dim_hierarchical(rank: int, shapes: Sequence[Shape], dim: int, hosts: 
 
 
 def all_to_all_v(rank: int, size: int, segments: Sequence[tuple[Sequence[int], Sequence[int]]],
-                 op: str = "all_to_all_v") -> RankPlan:
-    """Rows along dim 0: each segment's (rows to each rank, rows from each rank), in order."""
+                 op: str = "all_to_all_v", total_rows: int = 0) -> RankPlan:
+    """Rows along dim 0: each segment's (rows to each rank, rows from each rank), in order.
+    ``total_rows``: every rank's rows together, where the caller knows them alike on every
+    rank (the exchange may then read in place, ``execution.arena_reads``); else 0."""
     segs = tuple((tuple(int(v) for v in a), tuple(int(v) for v in b)) for a, b in segments)
-    return RankPlan(op, rank, size, (AllToAllV(segs),))
+    return RankPlan(op, rank, size, (AllToAllV(segs, int(total_rows)),))
 
 
 def all_to_all_v_hierarchical(rank: int, matrix: Sequence[Sequence[int]], hosts: int) -> RankPlan:

@@ -60,9 +60,10 @@ class AllToAllV:
 
     collective: ClassVar[str] = "all_to_all_v"
     segments: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+    total_rows: int = 0  # every rank's rows together, where every rank knows them alike (else 0)
 
     def reverse(self) -> AllToAllV:
-        return AllToAllV(tuple((recv, send) for send, recv in self.segments))
+        return AllToAllV(tuple((recv, send) for send, recv in self.segments), self.total_rows)
 
 
 @dataclass(frozen=True)
