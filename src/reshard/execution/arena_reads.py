@@ -117,6 +117,17 @@ def link_for(engine: Any, global_elements: int, itemsize: int) -> ArenaLink | No
     return link
 
 
+def staging(shape: Sequence[int], like: Array) -> Array | None:
+    """A buffer in the arena for an array an exchange will send next (MoE's packed rows), so the
+    peers read it in place: where the arena is on for this call and it is large enough; else None."""
+    if not allowed(like) or not arena_mod.enabled():
+        return None
+    itemsize = like.element_size() if is_torch(like) else like.dtype.itemsize
+    if numel(shape) * itemsize < settings.read("RESHARD_ARENA_MIN_BYTES"):
+        return None
+    return shared_empty(shape, like)
+
+
 def _slices(box: Box, origin: Box) -> Slices:
     return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..comm import Comm
 from ..execution import execute, phases
+from ..execution.arena_reads import staging
 from ..execution.arrays import array_backend, is_torch
 from ..execution.call import Call
 from ..execution.stats import ExchangeStats
@@ -32,17 +33,23 @@ def index_for(like: Array, idx: np.ndarray) -> Any:
 @phases.timed("pack rows")
 def take_rows(a: Array, idx: np.ndarray) -> Array:
     """``a[idx]`` along dim 0, with ``index_select`` (advanced indexing walks element by element,
-    several times slower). Off the autograd tape the rows land in a buffer from the array
-    backend, which reuses freed memory instead of page-faulting a fresh one."""
+    several times slower). Off the autograd tape the rows land in the shared arena where the
+    exchange that sends them reads in place (``arena_reads.staging``), else in a buffer from the
+    array backend, which reuses freed memory instead of page-faulting a fresh one."""
+    shape = (len(idx), *a.shape[1:])
     if is_torch(a):
         import torch
 
         index = index_for(a, idx)
         if torch.is_grad_enabled() and a.requires_grad:
             return torch.index_select(a, 0, index)
-        out = array_backend("torch").empty((len(idx), *a.shape[1:]), like=a)
+        out = staging(shape, a)
+        if out is None:
+            out = array_backend("torch").empty(shape, like=a)
         return torch.index_select(a, 0, index, out=out)
-    return np.take(a, idx, axis=0)
+    out = staging(shape, a)
+    # mode="clip": with out= and the default "raise", numpy copies through a buffer (the indices are valid)
+    return np.take(a, idx, axis=0) if out is None else np.take(a, idx, axis=0, out=out, mode="clip")
 
 
 def exchange_segments(

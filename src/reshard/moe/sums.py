@@ -70,8 +70,13 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
                 return torch.lerp(base, slots[:, 1], weight)
             return torch.lerp(base, slots[:, 1], weight, out=array_backend("torch").empty(base.shape, like=base))
         out = base * total.reshape(num_tokens, *ones)
-        for j in range(1, top_k):
-            out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))
+        if torch.is_grad_enabled() and (slots.requires_grad or w.requires_grad):
+            for j in range(1, top_k):
+                out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))
+            return out
+        diff = array_backend("torch").empty(base.shape, like=base)
+        for j in range(1, top_k):  # in place: the same operations, no fresh buffers
+            out.addcmul_(torch.sub(slots[:, j], base, out=diff), w[:, j].reshape(num_tokens, *ones))
         return out
     w = np.ones((num_tokens, top_k)) if weights is None else np.asarray(weights).reshape(num_tokens, top_k)
     w = (w * kept).astype(slots.dtype)
@@ -80,8 +85,11 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
     total = np.where(np.abs(total - 1) <= 4 * top_k * eps, np.ones_like(total), total)
     base = slots[:, 0]
     out = base * total.reshape(num_tokens, *ones)
-    for j in range(1, top_k):
-        out += (slots[:, j] - base) * w[:, j].reshape(num_tokens, *ones)
+    diff = np.empty_like(base) if top_k > 1 else None
+    for j in range(1, top_k):  # in place: the same operations as (y_j - y_0) * w_j, no fresh buffers
+        np.subtract(slots[:, j], base, out=diff)
+        diff *= w[:, j].reshape(num_tokens, *ones)
+        out += diff
     return out
 
 
