@@ -187,3 +187,23 @@ def rows(comm, engine, tokens, hidden, experts, top_k, seed):
     want = (x[:, None, :] * weights[:, :, None]).sum(axis=1)
     return [(_np(moved).tobytes(), in_arena(moved)), (_np(expert_in).tobytes(), in_arena(expert_in)),
             (_np(back).tobytes(), bool(np.allclose(_np(back), want, rtol=1e-5, atol=1e-5)))]
+
+
+def started_and_grads(comm, n):
+    """A started call with the arena on and off, and a gradient through an exchange that reads
+    in place: (on's result in the arena, off's not, both right, the gradient right)."""
+    import torch
+
+    full = np.arange(n * n, dtype=np.float32).reshape(n, n)
+    mine = rs.local_shard(full, rs.Shard(0), comm.rank, comm.size)
+    want = rs.local_shard(full, rs.Shard(1), comm.rank, comm.size)
+    on = rs.redistribute(torch.from_numpy(mine.copy()), rs.Shard(0), rs.Shard(1), comm, async_op=True).wait()
+    off = rs.redistribute(torch.from_numpy(mine.copy()), rs.Shard(0), rs.Shard(1), comm, async_op=True,
+                          arena=False).wait()
+    x = torch.from_numpy(mine.copy()).requires_grad_()
+    y = rs.redistribute(x, rs.Shard(0), rs.Shard(1), comm)
+    weight = torch.from_numpy(want * 3 + 1)
+    (y * weight).sum().backward()
+    grad_want = rs.local_shard(full * 3 + 1, rs.Shard(0), comm.rank, comm.size)
+    return (in_arena(on), in_arena(off), bool(np.array_equal(_np(on), want) and np.array_equal(_np(off), want)),
+            in_arena(y), bool(np.array_equal(x.grad.numpy(), grad_want)))

@@ -43,25 +43,37 @@ def _engine_or_skip(engine):
 def test_blocks_are_reused_and_returned_to_the_system(monkeypatch):
     monkeypatch.setattr(arena_mod, "KEEP_WARM_BYTES", 1 << 20)
     arena = arena_mod.Arena(cap=512 << 20)
+    mib = 1 << 20
+
+    def block(n, value):
+        a = arena.array((n * mib,), np.uint8)
+        a[:] = value
+        return a, arena.where(a.__array_interface__["data"][0], a.nbytes)
+
     try:
-        a = arena.array((32 << 20,), np.uint8)
-        a[:] = 1
-        first = arena.where(a.__array_interface__["data"][0], a.nbytes)
+        a, first = block(32, 1)
         del a
-        b = arena.array((32 << 20,), np.uint8)  # the same length: the warm block again, no page fault
-        assert arena.where(b.__array_interface__["data"][0], b.nbytes) == first
+        b, again = block(32, 2)  # the same length: the warm block again, no page fault
+        assert again == first
         del b
-        assert _file_pages(arena.fd) * mmap.PAGESIZE >= 32 << 20  # kept touched
-        c = arena.array((24 << 20,), np.uint8)  # another length: fresh space
-        c[:] = 2
+        c, inside = block(24, 3)  # a shorter one fits in the warm block too
+        assert inside == first and arena.top == arena_mod.HEAD_BYTES + 32 * mib
         del c
-        # warm 32 + 24 MiB > the most alive at once (32 MiB): the larger block's pages went back
-        assert arena.live == 0 and arena.warm_bytes == 24 << 20
-        held = _file_pages(arena.fd) * mmap.PAGESIZE
-        assert 24 << 20 <= held <= (24 << 20) + arena_mod.HEAD_BYTES, held
-        d = arena.array((32 << 20,), np.uint8)  # the returned range is free for reuse
-        assert arena.where(d.__array_interface__["data"][0], d.nbytes) == first
+        # 32 + 32 + 8 alive at once (the most ever); then the 32s freed: 64 MiB warm, in two ranges
+        a, _ = block(32, 4)
+        c, _ = block(32, 6)
+        b, _ = block(8, 5)
+        del a, c
+        assert arena.warm_bytes == 64 * mib and arena.peak_live == 72 * mib
+        d, fresh = block(40, 7)  # fits no warm range: fresh space, after b
         del d
+        # warm 104 MiB > the most alive at once (72): the largest range's pages went back
+        assert arena.warm_bytes == 64 * mib
+        held = _file_pages(arena.fd) * mmap.PAGESIZE
+        assert 72 * mib <= held <= 72 * mib + arena_mod.HEAD_BYTES, held
+        e, reused = block(40, 8)  # the returned range is free for reuse
+        assert reused == fresh
+        del e, b
     finally:
         arena.map.close()
         os.close(arena.fd)
@@ -277,3 +289,10 @@ def test_rows_and_moe_give_the_same_bits_with_the_arena_on_and_off(engine, small
         assert moved[0] == moved_off[0] and dispatched[0] == dispatched_off[0] and combined[0] == combined_off[0]
         assert moved[1] and dispatched[1] and not moved_off[1] and not dispatched_off[1]  # read in place with it on
         assert combined[1] and combined_off[1]  # and right: numpy's weighted sums
+
+
+def test_started_calls_and_gradients_read_in_place_too():
+    for on_inside, off_inside, right, y_inside, grad_right in rs.spawn(arena_rank.started_and_grads, 3, "gloo",
+                                                                        args=(1024,), timeout=120):
+        assert on_inside and not off_inside and right
+        assert y_inside and grad_right

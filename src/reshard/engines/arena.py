@@ -91,7 +91,7 @@ class Arena:
         self.lock = threading.RLock()
         self.top = HEAD_BYTES  # nothing past here was ever handed out
         self.cold: list[tuple[int, int]] = []  # free (offset, length), pages punched out, sorted, merged
-        self.warm: dict[int, list[int]] = {}  # length -> offsets of free blocks whose pages are kept
+        self.warm: list[tuple[int, int]] = []  # free (offset, length) whose pages are kept, sorted, merged
         self.warm_bytes = 0
         self.blocks: dict[int, int] = {}  # offset -> length of every block handed out
         self.live = 0  # bytes of the blocks handed out
@@ -102,17 +102,17 @@ class Arena:
     # -- blocks ----------------------------------------------------------------------------
 
     def take(self, nbytes: int) -> int | None:
-        """The offset of a free block of at least ``nbytes`` (whole pages), or None past the cap."""
+        """The offset of a free block of at least ``nbytes`` (whole pages), or None past the cap:
+        the best-fitting warm range first (no page to fault), then a returned one, then fresh space."""
         length = max(-(-nbytes // PAGE) * PAGE, PAGE)
         with self.lock:
             if self.inherited:
                 return None
-            offsets = self.warm.get(length)
-            if offsets:
-                offset = offsets.pop()
+            offset = _best_fit(self.warm, length)
+            if offset is not None:
                 self.warm_bytes -= length
             else:
-                offset = self._from_cold(length)
+                offset = _best_fit(self.cold, length)
                 if offset is None:
                     if self.top + length > self.cap:
                         return None
@@ -123,20 +123,11 @@ class Arena:
             self.peak_live = max(self.peak_live, self.live)
             return offset
 
-    def _from_cold(self, length: int) -> int | None:
-        for i, (offset, free) in enumerate(self.cold):
-            if free >= length:
-                if free == length:
-                    del self.cold[i]
-                else:
-                    self.cold[i] = (offset + length, free - length)
-                return offset
-        return None
-
     def give(self, offset: int) -> None:
         """Take back the block at ``offset``: kept warm (its pages touched, so reusing it faults
-        no page here or in the peers that read it) while the warm blocks stay within the most
-        ever alive at once (or ``KEEP_WARM_BYTES``), else its pages go back to the system."""
+        no page here or in the peers that read it) while the warm ranges stay within the most
+        ever alive at once (or ``KEEP_WARM_BYTES``); past that, the largest warm ranges' pages go
+        back to the system."""
         with self.lock:
             if self.inherited or os.getpid() != self.pid:
                 return
@@ -144,13 +135,14 @@ class Arena:
             if length is None:
                 return
             self.live -= length
-            self.warm.setdefault(length, []).append(offset)
+            _insert(self.warm, offset, length)
             self.warm_bytes += length
             limit = max(self.peak_live, KEEP_WARM_BYTES)
-            while self.warm_bytes > limit:  # the largest warm blocks go first
-                largest = max(k for k, v in self.warm.items() if v)
-                self._punch(self.warm[largest].pop(0), largest)
-                self.warm_bytes -= largest
+            while self.warm_bytes > limit:
+                largest = max(range(len(self.warm)), key=lambda i: self.warm[i][1])
+                start, size = self.warm.pop(largest)
+                self.warm_bytes -= size
+                self._punch(start, size)
 
     def _punch(self, offset: int, length: int) -> None:
         """The block's pages back to the system; its range joins the cold free list (merged)."""
@@ -158,17 +150,9 @@ class Arena:
             self.map.madvise(mmap.MADV_REMOVE, offset, length)
         except OSError:
             pass  # the pages stay taken; the range is still free for reuse
-        i = bisect.bisect(self.cold, (offset, length))
-        self.cold.insert(i, (offset, length))
-        merged: list[tuple[int, int]] = []
-        for start, size in self.cold:
-            if merged and merged[-1][0] + merged[-1][1] == start:
-                merged[-1] = (merged[-1][0], merged[-1][1] + size)
-            else:
-                merged.append((start, size))
-        if merged and merged[-1][0] + merged[-1][1] == self.top:  # the end of the used range comes back
-            self.top = merged.pop()[0]
-        self.cold = merged
+        _insert(self.cold, offset, length)
+        if self.cold and sum(self.cold[-1]) == self.top:  # the end of the used range comes back
+            self.top = self.cold.pop()[0]
 
     def array(self, shape: Sequence[int], dtype: Any) -> np.ndarray | None:
         """A C-order numpy array of ``shape`` and ``dtype`` in a fresh block (not zeroed), or None
@@ -210,6 +194,37 @@ class Arena:
         got = libc.mmap(self.base, self.cap, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | map_fixed, self.fd, 0)
         if got != self.base:  # cannot happen with MAP_FIXED unless the call failed: read-only is the safe side
             libc.mprotect(ctypes.c_void_p(self.base), ctypes.c_size_t(self.cap), mmap.PROT_READ)
+
+
+def _best_fit(ranges: list[tuple[int, int]], length: int) -> int | None:
+    """Take ``length`` bytes from the smallest of ``ranges`` (sorted free (offset, length)) that
+    holds them; its offset, or None where none does."""
+    best = None
+    for i, (_, size) in enumerate(ranges):
+        if size >= length and (best is None or size < ranges[best][1]):
+            best = i
+            if size == length:
+                break
+    if best is None:
+        return None
+    offset, size = ranges[best]
+    if size == length:
+        del ranges[best]
+    else:
+        ranges[best] = (offset + length, size - length)
+    return offset
+
+
+def _insert(ranges: list[tuple[int, int]], offset: int, length: int) -> None:
+    """Add the free range to ``ranges`` (sorted by offset), merged with its neighbours."""
+    i = bisect.bisect(ranges, (offset, length))
+    if i < len(ranges) and offset + length == ranges[i][0]:
+        length += ranges.pop(i)[1]
+    if i > 0 and sum(ranges[i - 1]) == offset:
+        offset, length = ranges[i - 1][0], ranges[i - 1][1] + length
+        ranges.pop(i - 1)
+        i -= 1
+    ranges.insert(i, (offset, length))
 
 
 _state: dict[str, Any] = {"arena": None, "failed": None}
