@@ -17,8 +17,8 @@ import numpy as np
 from .comm import Comm
 from .engines import arena as arena_mod
 from .errors import InvalidArgument
-from .execution.arena_reads import shared_empty
 from .execution.arrays import is_torch
+from .execution.buffers import shared_empty
 from .planning.placements import check_int
 
 Array = Any

@@ -83,6 +83,7 @@ def test_settings_are_shown_parsed_and_bad_ones_are_problems():
     assert report["settings"]["RESHARD_TIMEOUT"] == {"text": "12.5", "value": 12.5}
     assert report["settings"]["RESHARD_SHM"] == {"text": "off", "value": False}
     assert report["shared_memory"] == {"available": False, "why": "RESHARD_SHM=0 turns it off"}
+    assert report["shared_arena"] == {"available": False, "why": "RESHARD_SHM=0 turns shared memory off"}
     code, report = doctor_json(env={"RESHARD_SHM_MIN_BYTES": "1MB", "RESHARD_TIMOUT": "5"})
     assert code == 1
     problems = "\n".join(report["problems"])
@@ -107,3 +108,14 @@ def test_ranks_run_a_real_exchange_on_each_engine():
     trials = {t["engine"]: t for t in report["trials"]}
     assert set(trials) == {"gloo", "mpi"} and all(t["works"] and t["ranks"] == 3 for t in trials.values())
     assert trials["gloo"]["shared_memory_peers"] == {"0": [1, 2], "1": [0, 2], "2": [0, 1]}
+
+
+def test_the_shared_arena_is_tried_and_its_settings_shown():
+    code, report = doctor_json(env={"RESHARD_ARENA_BYTES": "1048576", "RESHARD_ARENA_MIN_BYTES": "4096"})
+    assert code == 0
+    from reshard.engines import arena as arena_mod
+
+    if arena_mod.why_not() is None:
+        assert report["shared_arena"] == {"available": True, "why": None, "cap_bytes": 1048576, "min_bytes": 4096}
+    code, report = doctor_json(env={"RESHARD_ARENA": "0"})
+    assert report["shared_arena"] == {"available": False, "why": "RESHARD_ARENA=0 turns it off"}

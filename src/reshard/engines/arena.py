@@ -19,13 +19,15 @@ arena of its own.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import contextvars
 import ctypes
 import mmap
 import os
 import threading
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -292,3 +294,30 @@ def locate(a: np.ndarray) -> tuple[int, int] | None:
         return None
     offset = where.where(a.__array_interface__["data"][0], a.nbytes)
     return None if offset is None else (offset, a.nbytes)
+
+
+_results_here = contextvars.ContextVar("reshard_results_in_arena", default=False)
+
+
+@contextlib.contextmanager
+def results_here() -> Iterator[None]:
+    """Within: the results an exchange's forms allocate lie in the arena (an exchange that
+    took the engine's path, so that the next exchange of a chain reads its result in place)."""
+    token = _results_here.set(True)
+    try:
+        yield
+    finally:
+        _results_here.reset(token)
+
+
+def results_wanted() -> bool:
+    return _results_here.get()
+
+
+def result_array(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """``np.empty(shape, dtype)``, in the arena within ``results_here`` (where it has room)."""
+    if _results_here.get():
+        out = numpy_array(shape, dtype)
+        if out is not None:
+            return out
+    return np.empty(shape, dtype)

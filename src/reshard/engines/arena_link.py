@@ -4,12 +4,13 @@ peers' sources, which lie in their shared arenas (``engines.arena``), into its o
 A link joins the ranks of one group when every rank shares memory with every other (one host,
 ``RESHARD_SHM`` and ``RESHARD_ARENA`` on everywhere, x86-64's store order for the notes); it
 is made once per group, collectively, at the first exchange that uses it. Per exchange, each
-rank posts a *note* to each peer that reads from it (where its source lies in its arena, its
-length, which exchange), each reader copies its boxes out and *acknowledges*; a rank returns
-only once every reader has, so no source is changed, freed or returned while a peer still
-reads it. A source not in the arena is first copied into it (then each byte moves twice, as on
-the engine's own path). The notes are cache lines in a small memory file of each rank's own,
-as ``shm_notes`` writes them: the number last, read first.
+rank posts a *note* to every peer (where its input lies in its arena, or that it does not,
+and what the peer needs to find its part); where every input lies in an arena, each reader
+copies its boxes out and *acknowledges*, and a rank returns only once every peer has, so no
+input is changed, freed or returned while a peer still reads it. Where one does not, every rank
+sees it in the same notes and the exchange takes the engine's own path (its result still in
+the arena, so the next exchange of a chain reads in place). The notes are cache lines in a
+small memory file of each rank's own, as ``shm_notes`` writes them: the number last, read first.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from .shm import enabled_here, host_key, open_peer_file
 from .shm_notes import LINE_WORDS, Poll, alive, spins_for, usable_here
 
 _HEAD = 64  # the notes file's first line: its token
+# per peer: two note lines (exchange k's note in line k % 2, so a rank may post the next note
+# before a peer that went the engine's way took this one) and one acknowledgement line
+LINES = 3
 
 
 def exchange_tag(*parts: Any) -> int:
@@ -45,8 +49,9 @@ class ArenaLink:
         self.rank, self.size, self.timeout = rank, size, timeout
         self.mine, self.lines, self.arena_fds, self.pids, self.files = mine, lines, arena_fds, pids, files
         self.views: dict[int, np.ndarray] = {}  # peer -> its arena, mapped read-only on first read
-        self.sent = [0] * size
-        self.got = [0] * size
+        self.count = 0  # exchanges on this link (the same sequence on every rank)
+        self.got = [0] * size  # the last note taken from each peer
+        self.peers = [q for q in range(size) if q != rank]
         self.spins = spins_for(size)
         self.min_bytes = settings.read("RESHARD_ARENA_MIN_BYTES")  # the largest of the group's, once opened
 
@@ -63,7 +68,7 @@ class ArenaLink:
         if where is not None:
             try:
                 fd = os.memfd_create("reshard-notes", os.MFD_CLOEXEC)
-                nbytes = _HEAD + 2 * size * LINE_WORDS * 8
+                nbytes = _HEAD + LINES * size * LINE_WORDS * 8
                 os.ftruncate(fd, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
                 area = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 token = os.urandom(16)
@@ -95,7 +100,7 @@ class ArenaLink:
             for f in [*arena_fds.values(), *note_fds.values(), *([fd] if fd >= 0 else [])]:
                 os.close(f)
             return None
-        nbytes = _HEAD + 2 * size * LINE_WORDS * 8
+        nbytes = _HEAD + LINES * size * LINE_WORDS * 8
         for q, nfd in note_fds.items():
             lines[q] = np.frombuffer(mmap.mmap(nfd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.int64)[_HEAD // 8:]
         mine = np.frombuffer(area, dtype=np.int64)[_HEAD // 8:]
@@ -120,65 +125,98 @@ class ArenaLink:
             return f"its note points past its arena ({offset} + {nbytes} > {view.size})"
         return view[offset : offset + nbytes]
 
-    def post(self, source: tuple[int, int], readers: dict[int, tuple[int, int, int]]) -> None:
-        """Post ``source`` (offset, bytes in this rank's arena; bytes -1: it could not be
-        placed there) to every peer of ``readers`` (peer -> (tag, start, extent): what that
-        peer needs to find its part). Both sides of a pair compute the tag alike from what
-        they planned (``exchange_tag``); ``settle`` follows."""
-        mine = self.mine
-        offset, nbytes = source
-        for q, (tag, start, extent) in readers.items():
-            seq = self.sent[q] = self.sent[q] + 1
-            at = q * LINE_WORDS
-            mine[at + 1 : at + 6] = (offset, nbytes, tag, start, extent)
-            mine[at] = seq  # last: a peer that reads this number finds the rest beside it
-
-    def settle(self, readers: dict[int, tuple[int, int, int]], writers: dict[int, int],
-               read: Callable[[int, np.ndarray, int, int], str | None], what: str) -> None:
-        """For each peer of ``writers`` (peer -> tag), once its note comes, ``read(peer, its
-        source as uint8, start, extent)`` (a reason when it cannot) and acknowledge; return
-        once every peer of ``readers`` (``post``'s) has acknowledged this rank's note."""
-        mine, size, me = self.mine, self.size, self.rank
-        waiting, unacked = dict(writers), set(readers)
-        failed: str | None = None
+    def exchange(self, source: tuple[int, int] | None, readers: dict[int, tuple[int, int, int]],
+                 writers: dict[int, int], read: Callable[[int, np.ndarray, int, int], str | None],
+                 what: str, meanwhile: Callable[[], None] | None = None) -> bool:
+        """One exchange, read in place if every rank's input lies in its arena. Post ``source``
+        (offset and bytes in this rank's arena, or None: not there) to every peer, with what a
+        peer of ``readers`` (peer -> (tag, start, extent)) needs to find its part. Without a
+        source, return False at once: the exchange takes the engine's path on every rank (each
+        learns it from this note). With one, take every peer's note: where every note has a
+        source, for each peer of ``writers`` (peer -> tag) ``read(peer, its source as uint8,
+        start, extent)`` (a reason when it cannot), acknowledge, run ``meanwhile()`` (this
+        rank's own part) and return True once every peer has acknowledged this rank's note (no
+        rank returns, changes or frees its input while a peer still reads it); else
+        acknowledge and return False. Both sides of a pair compute the tag alike from what
+        they planned (``exchange_tag``)."""
+        mine, size, me, lines, got = self.mine, self.size, self.rank, self.lines, self.got
+        self.count += 1
+        k = self.count
+        peers = self.peers
         poll = Poll(self.timeout, self.spins)
-        while waiting or unacked:
-            for q in list(waiting):
-                line, at = self.lines[q], me * LINE_WORDS
-                if line[at] != self.got[q] + 1:
-                    continue
-                self.got[q] += 1
-                want = waiting.pop(q)
-                got_offset, got_bytes, got_tag, start, extent = (int(v) for v in line[at + 1 : at + 6])
-                if got_bytes < 0:
-                    why = f"rank {q}'s arena is full (RESHARD_ARENA_BYTES): its input could not be placed there"
-                elif got_tag != want:
+        # the notes of the last exchange that this rank did not wait for (it went the engine's way)
+        behind = {q for q in peers if got[q] < k - 1}
+        if behind:
+            self._wait(poll, behind, what, lambda q: lines[q][self._note(me, k - 1)] == k - 1)
+            for q in behind:
+                got[q] = k - 1
+                self._ack(q, 0)
+        # note k goes in the line that held note k - 2: its reader must have taken that one
+        ack_at = (2 * size + me) * LINE_WORDS
+        self._wait(poll, {q for q in peers if lines[q][ack_at] < k - 2}, what, lambda q: lines[q][ack_at] >= k - 2)
+        offset, nbytes = source if source is not None else (0, -1)
+        for q in peers:
+            tag, start, extent = readers.get(q, (0, 0, 0))
+            at = self._note(q, k)
+            mine[at + 1 : at + 6] = (offset, nbytes, tag, start, extent)
+            mine[at] = k  # last: a peer that reads this number finds the rest beside it
+        if source is None:
+            return False
+        self._wait(poll, set(peers), what, lambda q: lines[q][self._note(me, k)] == k)
+        notes = {}
+        for q in peers:
+            got[q] = k
+            at = self._note(me, k)
+            notes[q] = tuple(int(v) for v in lines[q][at + 1 : at + 6])
+        reading = all(note[1] >= 0 for note in notes.values())
+        failed: str | None = None
+        for q in peers:
+            why = None
+            if reading and q in writers:
+                got_offset, got_bytes, got_tag, start, extent = notes[q]
+                if got_tag != writers[q]:
                     why = f"rank {q} planned this exchange differently (its shapes or layouts differ)"
                 else:
                     src = self.source(q, got_offset, got_bytes)
                     why = f"rank {q}: {src}" if isinstance(src, str) else read(q, src, start, extent)
-                ack = (size + q) * LINE_WORDS
-                mine[ack + 1] = 0 if why is None else 1
-                mine[ack] = self.got[q]
-                failed = failed or why
-            for q in list(unacked):
-                line, at = self.lines[q], (size + me) * LINE_WORDS
-                if line[at] == self.sent[q]:
-                    unacked.discard(q)
-                    if line[at + 1]:
-                        failed = failed or f"rank {q} could not read this rank's input"
-            if waiting or unacked:
-                if poll.pause():
-                    dead = sorted(q for q in set(waiting) | unacked if not alive(self.pids.get(q)))
-                    if dead:
-                        raise RankFailed(f"rank {me}: {what}: rank(s) {', '.join(map(str, dead))} gone "
-                                         "(their process ended)", dict.fromkeys(dead, "its process ended"))
-                if poll.expired():
-                    raise CommTimeout(f"rank {me}: {what}: waited more than {self.timeout:g} s for rank(s) "
-                                      f"{', '.join(map(str, sorted(set(waiting) | unacked)))} "
-                                      "(a rank never reached this collective)")
+            self._ack(q, 0 if why is None else 1)
+            failed = failed or why
+        if reading:
+            if meanwhile is not None and failed is None:
+                meanwhile()
+            self._wait(poll, set(peers), what, lambda q: lines[q][ack_at] >= k)
+            bad = [q for q in peers if lines[q][ack_at + 1]]
+            if bad and failed is None:
+                failed = f"rank {bad[0]} could not read this rank's input"
         if failed is not None:
             raise MismatchError(f"rank {me}: {what}: {failed}")
+        return reading
+
+    def _note(self, peer: int, k: int) -> int:
+        """Where exchange ``k``'s note to ``peer`` lies in its writer's lines."""
+        return (2 * peer + k % 2) * LINE_WORDS
+
+    def _ack(self, peer: int, failed: int) -> None:
+        """Acknowledge ``peer``'s notes up to the last taken (``failed``: its input could not be read)."""
+        at = (2 * self.size + peer) * LINE_WORDS
+        self.mine[at + 1] = failed
+        self.mine[at] = self.got[peer]
+
+    def _wait(self, poll: Poll, waiting: set[int], what: str, ready: Callable[[int], bool]) -> None:
+        """Until ``ready(q)`` for every peer of ``waiting``: a peer whose process ended is named
+        (``RankFailed``), and the timeout bounds it (``CommTimeout``)."""
+        while waiting:
+            waiting = {q for q in waiting if not ready(q)}
+            if not waiting:
+                return
+            if poll.pause():
+                dead = sorted(q for q in waiting if not alive(self.pids.get(q)))
+                if dead:
+                    raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone "
+                                     "(their process ended)", dict.fromkeys(dead, "its process ended"))
+            if poll.expired():
+                raise CommTimeout(f"rank {self.rank}: {what}: waited more than {self.timeout:g} s for rank(s) "
+                                  f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
 
     def close(self) -> None:
         self.views.clear()

@@ -23,6 +23,7 @@ from ..execution.buffers import alloc, scratch
 from ..execution.pieces import as_run, data_ptr, narrow, swap01, unpack_others, with_dim
 from ..planning.layout import offsets
 from ..planning.steps import AllToAll, ExchangeBoxes
+from .arena import result_array
 from .base import CallState, ExchangeRun
 
 # Byte bounds of the datatype path (a benchmark may narrow them to time the byte path).
@@ -88,7 +89,8 @@ def typed_form(call: CallState, x: Any, g: AllToAll) -> ExchangeRun:
 
     empty = call.arrays.empty
     # numpy's allocation bound once (a replay's every microsecond shows); tensors ask their backend
-    new_numpy = functools.partial(np.empty, result_shape, x.dtype) if call.arrays.name == "numpy" else None
+    # (in the shared arena where the step took the engine's path for want of a peer's input there)
+    new_numpy = functools.partial(result_array, result_shape, x.dtype) if call.arrays.name == "numpy" else None
 
     def through(xt: Any) -> Any | None:
         """The exchange into a new result, or None where the engine freed its types since

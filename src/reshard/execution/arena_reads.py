@@ -25,10 +25,10 @@ from ..planning.layout import offsets
 from ..planning.plan import region_numel as box_size
 from ..planning.steps import AllToAll, Box, ExchangeBoxes, with_dim
 from .arrays import is_torch, numel
+from .buffers import shared_empty
 
 Array = Any
 Slices = tuple[slice, ...]
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def numpy_view(a: Array) -> np.ndarray:
@@ -46,28 +46,6 @@ def numpy_view(a: Array) -> np.ndarray:
         if as_int is None:  # 16-byte items: two int64 each
             return t.view(torch.int64).numpy().view(np.dtype((np.void, size))).reshape(tuple(t.shape))
         return t.view(as_int).numpy()
-
-
-def shared_empty(shape: Sequence[int], like: Array) -> Array | None:
-    """An uninitialised CPU array like ``like`` (numpy, or a torch tensor) in this process's
-    arena; None where there is none or it is full."""
-    if is_torch(like):
-        torch = sys.modules["torch"]
-        if like.device.type != "cpu":
-            return None
-        size = like.element_size()
-        try:
-            twin = torch.empty(0, dtype=like.dtype).numpy().dtype
-        except TypeError:
-            twin = None
-        raw = arena_mod.numpy_array(shape, twin if twin is not None else _UINT.get(size, np.dtype((np.void, size))))
-        if raw is None:
-            return None
-        if twin is not None:
-            return torch.from_numpy(raw)
-        flat = torch.from_numpy(raw.reshape(-1).view(np.uint8))
-        return flat.view(like.dtype).reshape(tuple(shape))
-    return arena_mod.numpy_array(shape, like.dtype)
 
 
 _off = contextvars.ContextVar("reshard_arena_off", default=False)
@@ -132,42 +110,55 @@ def _slices(box: Box, origin: Box) -> Slices:
     return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
 
 
+def engine_path(k: Any, xt: Array, inner: Any, prepared: Any) -> Array:
+    """The step on the engine's own path (``inner``, its form), its result in the arena so that
+    the next exchange of a chain reads it in place. Its copies are counted apart
+    (``tally.staged``: a hot replay that reads in place next time reports its own), with the
+    counts its form declares."""
+    tally = k.tally
+    packs = tally.packs
+    with arena_mod.results_here():
+        out = inner(k, xt, prepared)
+    for field, value in getattr(inner, "counts", ()):
+        if field == "pack_copies":
+            tally.packs += value
+        elif field == "allocated_bytes":
+            tally.allocated += value
+    tally.staged += tally.packs - packs
+    tally.packs = packs
+    if getattr(inner, "receives_result", False):
+        tally.landing = out
+    return out
+
+
 class ArenaReads:
-    """``run(call, x, prepared=None)`` for one exchange as reads in place (``prepared`` unused)."""
+    """``run(call, x, prepared=None)`` for one exchange as reads in place where every rank's
+    input lies in its arena; else the step's own form (``inner``), which gets ``prepared``."""
 
     def __init__(self, link: ArenaLink, out_shape: Sequence[int], fill_op: str | None,
                  own: list[tuple[Slices, Slices]], readers: dict[int, tuple[int, int, int]],
-                 writers: dict[int, int], read_plan: Any, in_arena: bool = True) -> None:
+                 writers: dict[int, int], read_plan: Any, inner: Any, in_arena: bool = True,
+                 finish: Any = None) -> None:
         self.link, self.out_shape, self.fill_op = link, tuple(out_shape), fill_op
         self.own, self.readers, self.writers = own, readers, writers
         self.read_plan = read_plan  # (peer, start, extent) -> (its input's shape, [(in it, in the result)])
+        self.inner = inner
         self.in_arena = in_arena  # the result in the arena (not for a buffer the step reduces at once)
+        self.finish = finish  # (call, what was read) -> the step's result, on the reads' path only
         self.receives_result = False
 
     def __call__(self, k: Any, xt: Array, prepared: Any = None) -> Array:
         tally, arrays = k.tally, k.arrays
         x = numpy_view(xt)
-        source = arena_mod.locate(x) if self.readers else (0, 0)
-        if source is None:  # one copy into the arena: the peers read it there
-            staged = arena_mod.numpy_array(x.shape, x.dtype)
-            if staged is None:
-                source = (0, -1)
-            else:
-                np.copyto(staged, x)
-                tally.staged += 1
-                tally.allocated += staged.nbytes
-                x, source = staged, arena_mod.locate(staged)
-        link = self.link
-        link.post(source, self.readers)  # first: the peers read while this rank copies its own part
-        out = shared_empty(self.out_shape, xt) if self.in_arena else None
-        if out is None:
-            out = arrays.empty(self.out_shape, like=xt)
-        tally.allocated += numel(self.out_shape) * arrays.itemsize(xt)
-        if self.fill_op is not None:
-            out = arrays.full_like(out, arrays.identity(xt, self.fill_op))
-        result = numpy_view(out)
-        for src, dst in self.own:
-            np.copyto(result[dst], x[src])
+        source = arena_mod.locate(x)
+        out = result = None
+        if source is not None:
+            out = shared_empty(self.out_shape, xt) if self.in_arena else None
+            if out is None:
+                out = arrays.empty(self.out_shape, like=xt)
+            if self.fill_op is not None:
+                out = arrays.full_like(out, arrays.identity(xt, self.fill_op))
+            result = numpy_view(out)
 
         def read(peer: int, raw: np.ndarray, start: int, extent: int) -> str | None:
             shape, boxes = self.read_plan(peer, start, extent)
@@ -178,12 +169,18 @@ class ArenaReads:
                 np.copyto(result[dst], theirs[src])
             return None
 
-        link.settle(self.readers, self.writers, read, k.op)
+        def own() -> None:
+            for src, dst in self.own:
+                np.copyto(result[dst], x[src])
+
+        if not self.link.exchange(source, self.readers, self.writers, read, k.op, own):
+            return engine_path(k, xt, self.inner, prepared)
+        tally.allocated += numel(self.out_shape) * arrays.itemsize(xt)
         tally.landing = out
-        return out
+        return out if self.finish is None else self.finish(k, out)
 
 
-def all_to_all_reads(link: ArenaLink, rank: int, g: AllToAll) -> ArenaReads:
+def all_to_all_reads(link: ArenaLink, rank: int, g: AllToAll, inner: Any) -> ArenaReads:
     """``g`` (this rank's all-to-all) as reads: from peer p, its piece along ``split_dim``
     (at the start and of the extent p's note gives), into p's run along ``concat_dim``."""
     s, c = g.split_dim, g.concat_dim
@@ -210,10 +207,10 @@ def all_to_all_reads(link: ArenaLink, rank: int, g: AllToAll) -> ArenaReads:
         shape = with_dim(with_dim(piece, c, g.recv_lengths[p]), s, extent) if s != c else with_dim(piece, s, extent)
         return tuple(shape), [(cut(s, start, piece[s]), cut(c, out_starts[p], g.recv_lengths[p]))]
 
-    return ArenaReads(link, g.out_shape, None, own, readers, writers, read_plan)
+    return ArenaReads(link, g.out_shape, None, own, readers, writers, read_plan, inner)
 
 
-def boxes_reads(link: ArenaLink, step: ExchangeBoxes) -> ArenaReads:
+def boxes_reads(link: ArenaLink, step: ExchangeBoxes, inner: Any) -> ArenaReads:
     """An exchange of boxes as reads: each box out of the peer's input (it covers the box the
     plan's ``sources`` names) into this rank's result."""
     held, target = step.held, step.target
@@ -232,7 +229,7 @@ def boxes_reads(link: ArenaLink, step: ExchangeBoxes) -> ArenaReads:
         origin = sources[p]
         return tuple(b - a for a, b in origin), [(_slices(box, origin), _slices(box, target)) for box in by_src[p]]
 
-    return ArenaReads(link, tuple(b - a for a, b in target), step.fill_op, own, readers, writers, read_plan)
+    return ArenaReads(link, tuple(b - a for a, b in target), step.fill_op, own, readers, writers, read_plan, inner)
 
 
 
@@ -240,7 +237,8 @@ def _cut(ndim: int, dim: int, start: int, length: int) -> Slices:
     return tuple(slice(start, start + length) if d == dim else slice(None) for d in range(ndim))
 
 
-def gather_reads(link: ArenaLink, rank: int, in_shape: Sequence[int], dim: int, lengths: Sequence[int]) -> ArenaReads:
+def gather_reads(link: ArenaLink, rank: int, in_shape: Sequence[int], dim: int, lengths: Sequence[int],
+                 inner: Any) -> ArenaReads:
     """all_gather along ``dim`` as reads: every peer's whole input into its run of the result."""
     ndim, starts = len(in_shape), offsets(lengths)
     pieces = [with_dim(in_shape, dim, k) for k in lengths]
@@ -256,10 +254,11 @@ def gather_reads(link: ArenaLink, rank: int, in_shape: Sequence[int], dim: int, 
     def read_plan(p: int, start: int, extent: int) -> tuple[tuple[int, ...], list[tuple[Slices, Slices]]]:
         return tuple(pieces[p]), [(full, _cut(ndim, dim, starts[p], lengths[p]))]
 
-    return ArenaReads(link, with_dim(in_shape, dim, sum(lengths)), None, own, readers, writers, read_plan)
+    return ArenaReads(link, with_dim(in_shape, dim, sum(lengths)), None, own, readers, writers, read_plan, inner)
 
 
-def scatter_reads(link: ArenaLink, rank: int, size: int, in_shape: Sequence[int], dim: int) -> ArenaReads:
+def scatter_reads(link: ArenaLink, rank: int, size: int, in_shape: Sequence[int], dim: int,
+                  inner: Any, finish: Any) -> ArenaReads:
     """The exchange of reduce_scatter along ``dim`` as reads: piece ``rank`` (balanced) of every
     rank's input, stacked in rank order ``[size, *piece]``, for the reduction that follows."""
     from ..planning.layout import shard_sizes
@@ -283,43 +282,34 @@ def scatter_reads(link: ArenaLink, rank: int, size: int, in_shape: Sequence[int]
     def read_plan(p: int, start: int, extent: int) -> tuple[tuple[int, ...], list[tuple[Slices, Slices]]]:
         return tuple(in_shape), [(mine, into(p))]
 
-    return ArenaReads(link, (size, *pieces[rank]), None, own, readers, writers, read_plan, in_arena=False)
+    return ArenaReads(link, (size, *pieces[rank]), None, own, readers, writers, read_plan, inner, in_arena=False,
+                      finish=finish)
 
 
 class RowsReads:
     """``run(call, x, prepared=None)`` for an exchange of rows (``steps.AllToAllV``) as reads in
-    place: per segment, each rank copies its rows out of every peer's input (at the row the
-    peer's note gives) into its block of the result, one round of notes per segment."""
+    place where every rank's rows lie in its arena: per segment, each rank copies its rows out
+    of every peer's input (at the row the peer's note gives) into its block of the result, one
+    round of notes per segment; else the step's own form (``inner``)."""
 
-    def __init__(self, link: ArenaLink, rank: int, segments: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
-        self.link, self.rank, self.segments = link, rank, segments
+    def __init__(self, link: ArenaLink, rank: int, segments: Sequence[tuple[Sequence[int], Sequence[int]]],
+                 inner: Any) -> None:
+        self.link, self.rank, self.segments, self.inner = link, rank, segments, inner
         self.receives_result = False
 
     def __call__(self, k: Any, xt: Array, prepared: Any = None) -> Array:
         tally, arrays, rank, link = k.tally, k.arrays, self.rank, self.link
         x = numpy_view(xt)
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
-            tally.packs += 1
+        source = arena_mod.locate(x)
         trail = tuple(x.shape[1:])
         row_bytes = numel(trail) * x.itemsize
-        reads_any = any(any(s for j, s in enumerate(send) if j != rank) for send, _ in self.segments)
-        source = arena_mod.locate(x) if reads_any else (0, 0)
-        if source is None:
-            staged = arena_mod.numpy_array(x.shape, x.dtype)
-            if staged is None:
-                source = (0, -1)
-            else:
-                np.copyto(staged, x)
-                tally.staged += 1
-                tally.allocated += staged.nbytes
-                x, source = staged, arena_mod.locate(staged)
         rows = sum(sum(recv) for _, recv in self.segments)
-        out = shared_empty((rows, *trail), xt)
-        if out is None:
-            out = arrays.empty((rows, *trail), like=xt)
-        tally.allocated += rows * row_bytes
-        result = numpy_view(out)
+        out = result = None
+        if source is not None:
+            out = shared_empty((rows, *trail), xt)
+            if out is None:
+                out = arrays.empty((rows, *trail), like=xt)
+            result = numpy_view(out)
         sent = received = 0
         for seg, (sends, recvs) in enumerate(self.segments):
             send_at = [sent + o for o in offsets(sends)]
@@ -327,9 +317,6 @@ class RowsReads:
             readers = {q: (exchange_tag("rows", seg, c, trail), send_at[q], x.shape[0])
                        for q, c in enumerate(sends) if c and q != rank}
             writers = {p: exchange_tag("rows", seg, c, trail) for p, c in enumerate(recvs) if c and p != rank}
-            link.post(source, readers)
-            if sends[rank]:
-                result[recv_at[rank] : recv_at[rank] + recvs[rank]] = x[send_at[rank] : send_at[rank] + sends[rank]]
 
             def read(p: int, raw: np.ndarray, start: int, extent: int, recv_at: list[int] = recv_at,
                      recvs: Sequence[int] = recvs) -> str | None:
@@ -339,7 +326,14 @@ class RowsReads:
                 result[recv_at[p] : recv_at[p] + recvs[p]] = theirs[start : start + recvs[p]]
                 return None
 
-            link.settle(readers, writers, read, k.op)
+            def own(send_at: list[int] = send_at, recv_at: list[int] = recv_at, sends: Sequence[int] = sends,
+                    recvs: Sequence[int] = recvs) -> None:
+                if sends[rank]:
+                    result[recv_at[rank] : recv_at[rank] + recvs[rank]] = x[send_at[rank] : send_at[rank] + sends[rank]]
+
+            if not link.exchange(source, readers, writers, read, k.op, own):  # the same answer every segment
+                return engine_path(k, xt, self.inner, prepared)
             sent, received = sent + sum(sends), received + sum(recvs)
+        tally.allocated += rows * row_bytes
         tally.landing = out
         return out

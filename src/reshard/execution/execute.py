@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..engines import arena as arena_mod
 from ..engines.base import CallState, Tally
 from ..planning import planner
 from ..planning.steps import (
@@ -168,9 +169,8 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
     if isinstance(step, AllToAll):
         link = arena_reads.link_for(call.primitives, _all_to_all_elements(step), call.arrays.itemsize(x)) \
             if arena_reads.allowed(x) else None
-        if link is not None:
-            return arena_reads.all_to_all_reads(link, call.rank, step)
-        return call.primitives.all_to_all_form(call, x, step)
+        form = call.primitives.all_to_all_form(call, x, step)
+        return form if link is None else arena_reads.all_to_all_reads(link, call.rank, step, form)
     if isinstance(step, (AllGather, ReduceScatter)) and arena_reads.allowed(x):
         reads = _gather_or_scatter_reads(call, x, step)
         if reads is not None:
@@ -178,9 +178,8 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
     if isinstance(step, AllToAllV):
         link = arena_reads.link_for(call.primitives, step.total_rows * numel(x.shape[1:]), call.arrays.itemsize(x)) \
             if step.total_rows and arena_reads.allowed(x) else None
-        if link is not None:
-            return arena_reads.RowsReads(link, call.rank, step.segments)
-        return lambda k, xt, prepared=None: step_bodies.exchange_rows(k, xt, step.segments)
+        rows = lambda k, xt, prepared=None: step_bodies.exchange_rows(k, xt, step.segments)  # noqa: E731
+        return rows if link is None else arena_reads.RowsReads(link, call.rank, step.segments, rows)
     if isinstance(step, AllGather) and step.dim is not None:
         return lambda k, xt, prepared=None: step_bodies.gather_core(k, xt, step.dim, step.lengths, None)
     if isinstance(step, AllGather):  # runs of the flattened tensor, as all_reduce gathers them
@@ -193,13 +192,12 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
         return lambda k, xt, prepared=None: step_bodies.reduce_scatter_core(k, xt, step.dim, step.op)
     if isinstance(step, Reorder):
         return lambda k, xt, prepared=None: step_bodies.reorder(k, xt, step)
-    if isinstance(step, ExchangeBoxes) and step.moves and step.shape and arena_reads.allowed(x):
-        link = arena_reads.link_for(call.primitives, numel(step.shape), call.arrays.itemsize(x))
-        if link is not None:
-            return arena_reads.boxes_reads(link, step)
     if isinstance(step, ExchangeBoxes):  # on the engine's own collective where it has one for boxes
         form = getattr(call.primitives, "boxes_form", None)
-        return step_bodies.BoxRun(step, form(call, x, step) if form is not None and step.moves else None)
+        boxes = step_bodies.BoxRun(step, form(call, x, step) if form is not None and step.moves else None)
+        link = arena_reads.link_for(call.primitives, numel(step.shape), call.arrays.itemsize(x)) \
+            if step.moves and step.shape and arena_reads.allowed(x) else None
+        return boxes if link is None else arena_reads.boxes_reads(link, step, boxes)
     if isinstance(step, OnMeshDim):
         return _on_mesh_dim(call, x, step, sub)
     raise TypeError(f"not a step: {step!r}")
@@ -216,21 +214,21 @@ def _gather_or_scatter_reads(call: CallState, x: Array, step: AllGather | Reduce
         link = arena_reads.link_for(call.primitives, numel(with_dim(shape, dim, sum(step.lengths))), item)
         if link is None:
             return None
-        reads = arena_reads.gather_reads(link, call.rank, shape, dim, step.lengths)
+        gather = lambda k, xt, prepared=None: step_bodies.gather_core(k, xt, dim, step.lengths, None)  # noqa: E731
+        reads = arena_reads.gather_reads(link, call.rank, shape, dim, step.lengths, gather)
         if not flat:
             return reads
         return lambda k, xt, prepared=None: reads(k, xt.reshape(-1)).reshape(step.shape)
     link = arena_reads.link_for(call.primitives, numel(shape) * call.size, item)
     if link is None:
         return None
-    reads = arena_reads.scatter_reads(link, call.rank, call.size, shape, dim)
-
-    def reduce_scatter(k: CallState, xt: Array, prepared: Any = None) -> Array:
-        stacked = reads(k, xt.reshape(-1) if flat else xt)
-        k.tally.allocated += numel(stacked.shape[1:]) * k.arrays.itemsize(xt)  # the accumulator
+    def reduce(k: CallState, stacked: Array) -> Array:  # in rank order, as the engine's path does
+        k.tally.allocated += numel(stacked.shape[1:]) * k.arrays.itemsize(stacked)  # the accumulator
         return k.arrays.stack_reduce(stacked, step.op)
 
-    return reduce_scatter
+    whole = lambda k, xt, prepared=None: step_bodies.reduce_scatter_core(k, xt, dim, step.op)  # noqa: E731
+    reads = arena_reads.scatter_reads(link, call.rank, call.size, shape, dim, whole, reduce)
+    return lambda k, xt, prepared=None: reads(k, xt.reshape(-1) if flat else xt)
 
 
 def _all_to_all_elements(g: AllToAll) -> int:
@@ -270,7 +268,10 @@ def _on_mesh_dim(call: CallState, x: Array, step: OnMeshDim, sub: SubComm | None
 
 def prepare_send(call: CallState, x: Array, split_dim: int, send_sizes: Any) -> Any:
     """The engine's pack of an all-to-all's input, as a job to run early (while the check's
-    records travel), where its form packs before the exchange; None where it does not."""
+    records travel), where its form packs before the exchange; None where it does not, or where
+    the input lies in the shared arena (its peers will likely read it in place)."""
+    if arena_reads.allowed(x) and arena_mod.locate(arena_reads.numpy_view(x)) is not None:
+        return None
     return call.primitives.prepare_send(call, x, split_dim, send_sizes)
 
 

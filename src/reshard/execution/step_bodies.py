@@ -23,7 +23,7 @@ from ..planning.layout import offsets, shard_sizes
 from ..planning.plan import region_numel as box_size
 from ..planning.steps import Box, ExchangeBoxes, Reorder
 from .arrays import is_torch, numel
-from .buffers import alloc, pack_buffer
+from .buffers import alloc, empty_result, pack_buffer
 from .pieces import contiguous, data_ptr, exchange_packed, narrow, pack, segments, with_dim
 
 Array = Any  # torch.Tensor or numpy.ndarray
@@ -172,7 +172,7 @@ class BoxRun:
     def start(self, k: CallState, xt: Array) -> tuple[Array, Any]:
         """The result (op's identity where nothing lands) and a job that copies the kept boxes."""
         if self.form is not None:  # counted by the executor (``counts``)
-            out = k.arrays.empty(self.out_shape, like=xt)
+            out = empty_result(k.arrays, self.out_shape, xt)
         else:
             out = alloc(k.arrays, k.tally, self.out_shape, like=xt)
         if self.step.fill_op is not None:
