@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import numpy as np
+from many_tensors import interleaved  # the same interleaved timing (the script's folder is on the path)
 
 import reshard as rs
 
@@ -46,20 +46,7 @@ def job(comm, engine, mib, experts, top_k, runs, calls):
             return step()
 
     assert np.array_equal(np.asarray(step()), np.asarray(engine_path())), "the arena's result differs"
-    forms = {"arena": step, "engine path": engine_path}
-    for form in forms.values():
-        form()
-    times: dict[str, list[float]] = {name: [] for name in forms}
-    for _ in range(runs):
-        for name, form in forms.items():
-            comm.barrier()
-            took = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                form()
-                took.append(time.perf_counter() - start)
-            times[name].append(statistics.median(took))
-    return times
+    return interleaved({"arena": step, "engine path": engine_path}, runs, calls, before=comm.barrier)
 
 
 def main() -> None:

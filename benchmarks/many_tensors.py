@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 
@@ -42,15 +43,18 @@ def job(comm, tensors, kib, runs, calls):
     return interleaved(forms, runs, calls)
 
 
-def interleaved(forms: dict, runs: int, calls: int) -> dict[str, list[float]]:
+def interleaved(forms: dict, runs: int, calls: int, before: Any = None) -> dict[str, list[float]]:
     """Each form warmed up (planned and replayed once), then ``runs`` rounds in which each form
-    in turn takes ``calls`` calls: per form, the median seconds of each round."""
+    in turn takes ``calls`` calls: per form, the median seconds of each round. ``before()``, if
+    given, runs before each form's calls (a barrier: every rank starts them at once)."""
     for form in forms.values():
         form()
         form()
     times: dict[str, list[float]] = {name: [] for name in forms}
     for _ in range(runs):
         for name, form in forms.items():
+            if before is not None:
+                before()
             took = []
             for _ in range(calls):
                 start = time.perf_counter()
