@@ -311,13 +311,14 @@ def redistribute(
         with arena_reads.turned_off():
             return redistribute(x, src, dst, comm, global_shape, mesh=mesh, check=check)
     if isinstance(x, (list, tuple)):  # many tensors in one call
-        kinds = {t.__name__ == "DTensor" for t in set(map(type, x))}
+        types = set(map(type, x))
+        kinds = {t.__name__ == "DTensor" for t in types}
         if kinds == {True}:
             return redistribution.redistribute_dtensors(list(x), None if src is _SRC_NOT_GIVEN else src, dst, check)
         if True in kinds:
             refuse("redistribute", np.zeros(1, np.int64), comm if mesh is None else mesh.comm, check, InvalidArgument(
                 "redistribute: a list holds DTensors and plain tensors; pass DTensors alone (they carry their layout)"))
-        return redistribution.redistribute_many(x, src, dst, comm, mesh, global_shape, check)
+        return redistribution.redistribute_many(x, src, dst, comm, mesh, global_shape, check, types=types)
     # A training loop's repeated unchecked call first: anything else (a DTensor, bad
     # arguments) is a MISS here and takes the full path below.
     replayed = replay_hot("redistribute", x, comm if mesh is None else mesh.comm, check,

@@ -300,9 +300,10 @@ def _token(signature: tuple) -> int:
 
 
 def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | None, global_shape: Any,
-                      check: bool | None, rule: str = "balanced") -> list:
+                      check: bool | None, rule: str = "balanced", types: set | None = None) -> list:
     """Every tensor of ``xs`` from its ``src`` to its ``dst`` in one call: one check for all,
-    one shared exchange of boxes (``coalesced.ManyRun``), the list of results."""
+    one shared exchange of boxes (``coalesced.ManyRun``), the list of results. ``types``: the
+    set of the tensors' types, where the caller has it."""
     xs = list(xs)
     n = len(xs)
     world = mesh is None
@@ -311,7 +312,7 @@ def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh
         srcs, dsts, gshapes = _each("src", src, n), _each("dst", dst, n), _each_shape(global_shape, n)
     except ReshardError as exc:
         refuse("redistribute", np.zeros(1, np.int64), on, check, exc)
-    kinds = set(map(type, xs))
+    kinds = set(map(type, xs)) if types is None else types
     if kinds == {np.ndarray}:  # the common case, kept cheap: it runs on every replay
         shapes: tuple = (np.ndarray, tuple(map(_DTYPE, xs)), tuple(map(_SHAPE, xs)))
     else:
@@ -419,7 +420,7 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     def run(k: Call, _: Any, prepared: Any = None) -> list:
         given = k.many
         if plain:
-            return program(k, given)
+            return program(k, given, prepared)
         inputs = [(_detached(to_torch(x) if torch_arrays and is_numpy(x) else x) if mixed or i in own_set
                    else _detached(x)) for i, x in enumerate(given)]
         outs = program(k, inputs)
@@ -437,7 +438,8 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
         return results
 
     out = run(call, None)
-    call.remember(run)
+    # a replay joins the inputs (its local work) while its check travels
+    call.remember(run, prepare=(lambda k, _: program.prepare(k, k.many)) if plain else None)
     return call.result(out)
 
 

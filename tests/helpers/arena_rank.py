@@ -207,3 +207,49 @@ def started_and_grads(comm, n):
     grad_want = rs.local_shard(full * 3 + 1, rs.Shard(0), comm.rank, comm.size)
     return (in_arena(on), in_arena(off), bool(np.array_equal(_np(on), want) and np.array_equal(_np(off), want)),
             in_arena(y), bool(np.array_equal(x.grad.numpy(), grad_want)))
+
+
+def many(comm, engine, mesh_shape, cases, calls, as_torch=False, tiny_arena_on=None, layouts="contiguous"):
+    """Lists of tensors in one call, ``calls`` times, each call on new inputs (the values of
+    the full arrays salted by the call's number). ``cases``: (shape, dtype name, src, dst) per
+    tensor (src/dst one placement on a world, a tuple or Spec on a mesh). ``layouts``:
+    "contiguous", "views" (every other input a transposed view's transpose: not C-contiguous)
+    or "twice" (the first tensor passed again at the end). ``tiny_arena_on``: this rank's
+    arena is made too small for any block (its inputs cannot be joined there).
+
+    Per call: (each result's bytes, numpy's part of each full array as bytes, whether each
+    result lies in the arena); and the warnings this rank saw."""
+    import warnings
+
+    from tests.helpers.oracle import pattern
+
+    if tiny_arena_on == comm.rank:
+        arena_mod._state["arena"] = arena_mod.Arena(cap=arena_mod.HEAD_BYTES + 4096)
+    world = len(mesh_shape) == 1
+    mesh = None if world else rs.Mesh(mesh_shape, comm=comm)
+    coord = (comm.rank,) if world else mesh.coord
+    if layouts == "twice":
+        cases = [*cases, cases[0]]
+    srcs = [c[2] for c in cases]
+    dsts = [c[3] for c in cases]
+    out = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for call in range(calls):
+            fulls = [pattern(shape, dtype, salt=call) for shape, dtype, _, _ in cases]
+            xs = []
+            for k, (full, src) in enumerate(zip(fulls, srcs)):
+                mine = np.ascontiguousarray(rs.local_shard(full, src, coord, mesh_shape))
+                if layouts == "views" and k % 2 and mine.ndim >= 2:
+                    mine = np.ascontiguousarray(mine.T).T  # the same values, F-ordered
+                xs.append(mine)
+            if layouts == "twice":
+                xs[-1] = xs[0]
+            if as_torch:
+                import torch
+
+                xs = [torch.from_numpy(x) for x in xs]
+            ys = rs.redistribute(xs, srcs, dsts, mesh=mesh)
+            wants = [np.ascontiguousarray(rs.local_shard(full, dst, coord, mesh_shape)) for full, dst in zip(fulls, dsts)]
+            out.append(([_np(y).tobytes() for y in ys], [w.tobytes() for w in wants], [in_arena(y) for y in ys]))
+    return out, [str(w.message) for w in seen]

@@ -298,3 +298,70 @@ def test_started_calls_and_gradients_read_in_place_too():
                                                                         args=(1024,), timeout=120):
         assert on_inside and not off_inside and right
         assert y_inside and grad_right
+
+
+# -- many tensors in one call -------------------------------------------------------------
+
+S, R = rs.Shard, rs.Replicate
+_MANY_WORLD = [((8, 6), "float32", S(0), S(1)), ((7, 5), "float64", S(0), S(1)), ((5, 3, 4), "int64", S(1), S(2)),
+               ((0, 3), "float32", S(0), S(1)), ((9,), "int32", S(0), R()), ((6, 4), "complex64", R(), S(1)),
+               ((4, 4), "float32", S(0), S(0)), ((8, 6), "float32", S(0), S(1)), ((11, 2), "int8", S(0), S(1))]
+_MANY_MESH = [((8, 6), "float32", (S(0), S(1)), (S(1), S(0))), ((7, 5), "float64", (S(0), S(0)), rs.Spec((1, 0), None)),
+              ((5, 3, 4), "int64", (R(), S(2)), (S(0), R())), ((3, 2), "float32", (S(0), R()), (S(0), R())),
+              ((0, 5), "float32", (S(0), S(1)), (S(1), S(0))), ((9, 7), "float64", (S(0), S(1)), (S(1), S(0)))]
+
+
+def _check_many(per_rank, engine, arena_moves):
+    for calls, _ in per_rank:
+        for got, want, inside in calls:
+            assert got == want
+            if arena_moves is not None:  # the reads' results lie in the arena; the engine's do not
+                assert any(inside) == arena_moves
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("where", ["world", "mesh"])
+def test_a_list_is_read_in_place_on_gloo_and_sent_straight_from_each_tensor_on_mpi(engine, where, small_exchanges):
+    _engine_or_skip(engine)
+    cases, mesh_shape = (_MANY_WORLD, (3,)) if where == "world" else (_MANY_MESH, (2, 2))
+    per_rank = rs.spawn(arena_rank.many, int(np.prod(mesh_shape)), engine,
+                        args=(engine, mesh_shape, cases, 6, engine == "gloo"), timeout=180)
+    _check_many(per_rank, engine, arena_moves=engine == "gloo")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("layouts", ["views", "twice"])
+def test_a_list_with_strided_inputs_or_one_tensor_twice_is_right(engine, layouts, small_exchanges):
+    _engine_or_skip(engine)
+    per_rank = rs.spawn(arena_rank.many, 3, engine, args=(engine, (3,), _MANY_WORLD, 3, False, None, layouts),
+                        timeout=180)
+    _check_many(per_rank, engine, arena_moves=None)
+
+
+def test_a_list_takes_the_engines_path_on_every_rank_where_one_ranks_arena_is_full(small_exchanges):
+    cases = [*_MANY_WORLD, ((96, 48), "float64", S(0), S(1))]  # more than the page its arena holds
+    per_rank = rs.spawn(arena_rank.many, 3, "gloo", args=("gloo", (3,), cases, 3, False, 1), timeout=180)
+    _check_many(per_rank, "gloo", arena_moves=False)
+    assert any("arena is full" in w for w in per_rank[1][1])
+
+
+@st.composite
+def _lists(draw):
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        ndim = draw(st.integers(1, 3))
+        shape = tuple(draw(st.integers(0, 9)) for _ in range(ndim))
+        src = draw(st.sampled_from([S(d) for d in range(ndim)] + [R()]))
+        dst = draw(st.sampled_from([S(d) for d in range(ndim)] + [R()]))
+        out.append((shape, draw(st.sampled_from(["float32", "float64", "int8", "complex64"])), src, dst))
+    return out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=_lists(), layouts=st.sampled_from(["contiguous", "views", "twice"]))
+def test_every_list_gives_numpys_parts_with_the_arena_on(engine, cases, layouts, small_exchanges):
+    _engine_or_skip(engine)
+    per_rank = rs.spawn(arena_rank.many, 3, engine, args=(engine, (3,), cases, 2, engine == "gloo", None, layouts),
+                        timeout=180)
+    _check_many(per_rank, engine, arena_moves=None)

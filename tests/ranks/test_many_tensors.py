@@ -102,3 +102,16 @@ def test_dtensors_in_one_call_as_dtensor_moves_each():
     for out, refused in rs.spawn(many_rank.many_dtensors, 4, timeout=300):
         assert all(all(flags) for flags in out), out
         assert refused.startswith("InvalidArgument") and "another device mesh" in refused, refused
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+def test_inputs_in_fortran_order_give_the_right_parts_on_every_engine(engine):
+    # every other input F-ordered (the same values): a group of one such tensor was sent as if C-ordered on MPI
+    from tests.helpers import arena_rank
+
+    cases = [((8, 6), "float32", S(0), S(1)), ((7, 5), "float64", S(0), S(1)), ((6, 9), "int32", S(1), S(0)),
+             ((6, 9), "int32", S(1), S(0)), ((5, 3, 4), "int64", S(1), S(2))]
+    for calls, _ in rs.spawn(arena_rank.many, 3, engine, args=(engine, (3,), cases, 2, False, None, "views"),
+                             timeout=120):
+        for got, want, _ in calls:
+            assert got == want

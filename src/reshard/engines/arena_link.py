@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import settings
-from ..errors import CommTimeout, MismatchError, RankFailed
+from ..errors import CommTimeout, MismatchError, RankFailed, ReshardError
 from . import arena as arena_mod
 from .shm import enabled_here, host_key, open_peer_file
 from .shm_notes import LINE_WORDS, Poll, alive, spins_for, usable_here
@@ -54,6 +54,7 @@ class ArenaLink:
         self.peers = [q for q in range(size) if q != rank]
         self.spins = spins_for(size)
         self.min_bytes = settings.read("RESHARD_ARENA_MIN_BYTES")  # the largest of the group's, once opened
+        self.kept: list[tuple[int, Any]] = []  # (exchange, source) read by peers that may not have acknowledged yet
 
     @classmethod
     def open(cls, rank: int, size: int, allgather_bytes: Callable[[np.ndarray], np.ndarray],
@@ -127,7 +128,7 @@ class ArenaLink:
 
     def exchange(self, source: tuple[int, int] | None, readers: dict[int, tuple[int, int, int]],
                  writers: dict[int, int], read: Callable[[int, np.ndarray, int, int], str | None],
-                 what: str, meanwhile: Callable[[], None] | None = None) -> bool:
+                 what: str, meanwhile: Callable[[], None] | None = None, keep: Any = None) -> bool:
         """One exchange, read in place if every rank's input lies in its arena. Post ``source``
         (offset and bytes in this rank's arena, or None: not there) to every peer, with what a
         peer of ``readers`` (peer -> (tag, start, extent)) needs to find its part. Without a
@@ -138,7 +139,12 @@ class ArenaLink:
         rank's own part) and return True once every peer has acknowledged this rank's note (no
         rank returns, changes or frees its input while a peer still reads it); else
         acknowledge and return False. Both sides of a pair compute the tag alike from what
-        they planned (``exchange_tag``)."""
+        they planned (``exchange_tag``).
+
+        ``keep``: the source is this link's own (no caller sees it again), so return without
+        waiting for the acknowledgements: ``keep`` (what owns the source's memory) is held
+        until every peer has acknowledged, which a later exchange waits for anyway before it
+        writes its note. A reader that fails raises on its own rank only."""
         mine, size, me, lines, got = self.mine, self.size, self.rank, self.lines, self.got
         self.count += 1
         k = self.count
@@ -154,6 +160,8 @@ class ArenaLink:
         # note k goes in the line that held note k - 2: its reader must have taken that one
         ack_at = (2 * size + me) * LINE_WORDS
         self._wait(poll, {q for q in peers if lines[q][ack_at] < k - 2}, what, lambda q: lines[q][ack_at] >= k - 2)
+        if self.kept:  # sources of exchanges every peer has acknowledged go back
+            self.kept = [(j, obj) for j, obj in self.kept if j > k - 2]
         offset, nbytes = source if source is not None else (0, -1)
         for q in peers:
             tag, start, extent = readers.get(q, (0, 0, 0))
@@ -184,6 +192,9 @@ class ArenaLink:
         if reading:
             if meanwhile is not None and failed is None:
                 meanwhile()
+            if keep is not None and failed is None:
+                self.kept.append((k, keep))
+                return True
             self._wait(poll, set(peers), what, lambda q: lines[q][ack_at] >= k)
             bad = [q for q in peers if lines[q][ack_at + 1]]
             if bad and failed is None:
@@ -219,6 +230,15 @@ class ArenaLink:
                                   f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
 
     def close(self) -> None:
+        if self.kept:  # peers may still read the last sources: wait a little for them, not for the dead
+            ack_at = (2 * self.size + self.rank) * LINE_WORDS
+            last = self.kept[-1][0]
+            try:
+                self._wait(Poll(min(self.timeout, 5.0), 0), set(self.peers), "closing",
+                           lambda q: self.lines[q][ack_at] >= last)
+            except ReshardError:
+                pass
+            self.kept = []
         self.views.clear()
         self.lines.clear()
         for f in [*self.files, *self.arena_fds.values()]:

@@ -30,7 +30,7 @@ from ..execution.arrays import array_backend
 from ..planning.steps import AllToAll, ExchangeBoxes
 from .arena_link import close_links
 from .base import CallState, ExchangeRun
-from .mpi_forms import PeerSend, boxes_form, split_form, typed_fits, typed_form, typed_path_may_take
+from .mpi_forms import PeerSend, boxes_form, members_form, split_form, typed_fits, typed_form, typed_path_may_take
 from .shm import VoteBoard
 from .shm_notes import Poll
 
@@ -181,6 +181,46 @@ class MPIEngine:
 
         return run
 
+    def alltoallw_members(
+        self, recv_types: Sequence[Any], send_types: Sequence[Any], what: str
+    ) -> Callable[[Any, Sequence[Any]], None]:
+        """``Alltoallw`` sending from several like arrays at once: ``run(recv, members)`` sends
+        peer j ``send_types[j]`` (a datatype over one member) of every member in order, as one
+        hindexed type over the members' places relative to the first (kept while the next call's
+        members lie alike, as a training step's parameters do; else made again); receives as
+        ``alltoallw_plan``. Members: C-contiguous numpy arrays or CPU tensors, all alike."""
+        (r_layout, r_types) = _layout([(0, 0, MPI.BYTE) if t is None else (1, 0, t) for t in recv_types])
+        s_layout = ([0 if t is None else 1 for t in send_types], [0] * len(send_types))
+        alltoallw, address = self.mpi_comm.Alltoallw, MPI.Get_address
+        kept: list = [None, None, []]  # the addresses and displacements the types were made for, the types
+
+        def run(recv: Any, members: Sequence[Any]) -> None:
+            first = members[0]
+            if type(first) is np.ndarray:
+                at = list(map(address, members))
+            else:
+                at = [m.data_ptr() for m in members]
+                first, recv = as_buffer(first), as_buffer(recv)
+            if at != kept[0]:  # the members lie elsewhere: their places relative to the first may not
+                base = at[0]
+                displs = [a - base for a in at]
+                if displs != kept[1]:
+                    key = ("members", id(kept))  # in the cache, so free_types frees them too
+                    _free(kept[2])
+                    kept[1], kept[2] = None, []
+                    self._types.pop(key, None)
+                    kept[2] = [MPI.BYTE if t is None else t.Create_hindexed_block(1, displs).Commit()
+                               for t in send_types]
+                    kept[1] = displs
+                    self._types[key] = _Owned(kept[2])
+                kept[0] = at
+            try:
+                alltoallw([first, s_layout, kept[2]], [recv, r_layout, r_types])
+            except MPI.Exception as exc:
+                raise self._failed(what, exc) from exc
+
+        return run
+
     def alltoall_plan(self, recv_type: Any, send_type: Any, what: str) -> Callable[[Any, Any], None]:
         """``Alltoall`` of one element of ``send_type`` to each peer (peer j's piece at j times
         its extent) and one of ``recv_type`` from each: equal pieces on both sides, the lighter
@@ -289,6 +329,11 @@ class MPIEngine:
         side: nothing packed, nothing unpacked (see ``mpi_forms.boxes_form``)."""
         return boxes_form(call, x, step)
 
+    def members_form(self, call: CallState, x: Any, step: ExchangeBoxes, rows: int) -> Callable[..., None] | None:
+        """The exchange of boxes for ``rows`` like tensors at once, straight from each (see
+        ``mpi_forms.members_form``)."""
+        return members_form(call, x, step, rows)
+
     def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAll) -> ExchangeRun:
         """Subarray datatypes where they fit (no pack, no unpack), else the byte exchange."""
         if typed_fits(call, x, geometry):
@@ -328,7 +373,7 @@ class MPIEngine:
 
     def free_types(self) -> None:
         """Free every cached datatype; plans made with them see ``types_epoch`` change."""
-        _free([t for t in self._types.values() if t is not None])
+        _free([u for t in self._types.values() if t is not None for u in (t if isinstance(t, _Owned) else [t])])
         self._types.clear()
         self.types_epoch += 1
 
@@ -377,6 +422,10 @@ def _byte_piece(displ: int, count: int) -> tuple[int, int, Any]:
         lengths.append(min(_BLOCK, count - at))
         starts.append(displ + at)
     return 1, 0, MPI.BYTE.Create_hindexed(lengths, starts).Commit()
+
+
+class _Owned(list):
+    """Several committed types held under one cache key (freed together by ``free_types``)."""
 
 
 def _free(types: Sequence[Any]) -> None:

@@ -247,6 +247,48 @@ def split_exchange(call: CallState, x: Any, g: AllToAll, sent: PeerSend) -> Any:
     return out
 
 
+def _rel(box: Any, origin: Any) -> tuple:
+    return tuple((a - o, b - o) for (a, b), (o, _) in zip(box, origin))
+
+
+def _per_peer(call: CallState, pairs: Any, origin: Any, shape: list[int], item: int, lead: tuple = ()) -> list[Any]:
+    """Each peer's boxes of ``pairs`` (relative to ``origin``, after the leading boxes ``lead``)
+    as one datatype over a C-order array ``shape``; None for a peer without any."""
+    boxes: dict[int, list] = {}
+    for p, box in pairs:
+        boxes.setdefault(p, []).append(lead + _rel(box, origin))
+    return [call.primitives.boxes_type(shape, boxes[p], item) if p in boxes else None for p in range(call.size)]
+
+
+def members_form(call: CallState, x: Any, step: ExchangeBoxes, rows: int) -> Any:
+    """``exchange(call, members, out)``: the exchange of boxes of ``step`` for ``rows`` like
+    tensors at once (``x``: one of them), in one ``Alltoallw`` straight from each tensor (no
+    join): a peer's boxes of one tensor as a datatype, placed at every tensor's address per
+    call; received into ``out``, the results stacked along a new leading dim (``[rows,
+    *target]``). None where an extent passes ``INT_MAX`` (the same on every rank)."""
+    engine, item = call.primitives, call.arrays.itemsize(x)
+    held = [b - a for a, b in step.held]
+    target = [rows] + [b - a for a, b in step.target]
+    if max([*held, *target, 0]) > INT_MAX:
+        return None
+    lead = ((0, rows),)
+    send_types = _per_peer(call, step.sends, step.held, held, item)
+    recv_types = _per_peer(call, step.recvs, step.target, target, item, lead)
+    if step.kept:  # this rank's own part: a message to itself in the same call
+        send_types[call.rank] = engine.boxes_type(held, [_rel(b, step.held) for b in step.kept], item)
+        recv_types[call.rank] = engine.boxes_type(target, [lead + _rel(b, step.target) for b in step.kept], item)
+    exchange = engine.alltoallw_members(recv_types, send_types, call.op)
+    epoch = engine.types_epoch
+
+    def run(k: CallState, members: Sequence[Any], out: Any) -> None:
+        if engine.types_epoch != epoch:  # the engine freed its types since: work them out again
+            return members_form(k, members[0], step, rows)(k, members, out)
+        exchange(out, members)
+        return None
+
+    return run
+
+
 def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
     """``exchange(call, x, out)`` moving every box of ``step`` in one ``Alltoallw``: each
     peer's boxes are one datatype over the input (held) on the send side and over the result
@@ -259,20 +301,11 @@ def boxes_form(call: CallState, x: Any, step: ExchangeBoxes) -> Any:
     if max([*held, *target, 0]) > INT_MAX:
         return None
 
-    def rel(box: Any, origin: Any) -> tuple:
-        return tuple((a - o, b - o) for (a, b), (o, _) in zip(box, origin))
-
-    def per_peer(pairs: Any, origin: Any, shape: list[int]) -> list[Any]:
-        boxes: dict[int, list] = {}
-        for p, box in pairs:
-            boxes.setdefault(p, []).append(rel(box, origin))
-        return [engine.boxes_type(shape, boxes[p], item) if p in boxes else None for p in range(call.size)]
-
-    send_types = per_peer(step.sends, step.held, held)
-    recv_types = per_peer(step.recvs, step.target, target)
+    send_types = _per_peer(call, step.sends, step.held, held, item)
+    recv_types = _per_peer(call, step.recvs, step.target, target, item)
     if step.kept:  # this rank's own part: a message to itself in the same call (one pass, as a copy)
-        send_types[call.rank] = engine.boxes_type(held, [rel(b, step.held) for b in step.kept], item)
-        recv_types[call.rank] = engine.boxes_type(target, [rel(b, step.target) for b in step.kept], item)
+        send_types[call.rank] = engine.boxes_type(held, [_rel(b, step.held) for b in step.kept], item)
+        recv_types[call.rank] = engine.boxes_type(target, [_rel(b, step.target) for b in step.kept], item)
     exchange = engine.alltoallw_plan(recv_types, send_types, call.op)
     epoch = engine.types_epoch
 

@@ -12,6 +12,12 @@ in batches of groups (a big group cut into chunks) whose global bytes add up to 
 largest tensor's (4 MiB at least; the same on every rank): its buffers (the inputs joined, the
 pack, the receive buffer) grow with a batch, not with the whole list. In each message a chunk's piece starts at a multiple of
 16 bytes: both ends work out the same offsets from the same boxes.
+
+Where the group shares memory (``engines.arena_link``) and a batch is large enough, its chunks
+are joined into one block of the shared arena and each rank copies its boxes straight out of
+its peers' blocks into its results: one copy to join, one to move, one round of notes per
+batch. The block starts with the offset of each chunk in it (the ranks' blocks differ in size
+where shapes are uneven), so a reader finds every chunk without asking.
 """
 
 from __future__ import annotations
@@ -20,14 +26,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from ..engines.arena_link import exchange_tag
 from ..planning.steps import ExchangeBoxes
-from .buffers import pack_buffer
+from . import arena_reads
+from .buffers import pack_buffer, shared_empty
 from .execute import PlanRun
 from .stats import ExchangeStats, ExecutedStep
 
 Array = Any
 Box = tuple[tuple[int, int], ...]
 ALIGN = 16
+BLOCK_ALIGN = 64  # a chunk's place in a joined block: a cache line, so the copies in and out start aligned
 MIN_BATCH_BYTES = 4 << 20  # small tensors always share one batch
 
 
@@ -93,6 +104,167 @@ class _Batch:
         self.send_total, self.recv_total = sum(self.send_sizes.values()), sum(self.recv_sizes.values())
         self.sent = sum(n for c in chunks for _, _, _, n in c.sends)
         self.received = sum(n for c in chunks for _, _, _, n in c.recvs)
+        self.reads: _Reads | None = None  # the batch as reads in place, where the group shares memory
+
+
+class _Reads:
+    """A batch as reads in place: where each chunk lies in this rank's joined block (after a
+    header of those places), what each peer reads of it, and what this rank reads of each
+    peer's block into which result."""
+
+    def __init__(self, link: Any, batch: _Batch, dtypes: list[np.dtype]):
+        self.link, self.batch, self.dtypes = link, batch, dtypes
+        chunks = batch.chunks
+        self.places, at = [], _block_aligned(8 * len(chunks))
+        for chunk in chunks:
+            self.places.append(at)
+            at += _block_aligned(len(chunk.members) * _numel(chunk.step.held) * chunk.itemsize)
+        self.nbytes = at
+        self.header = np.array(self.places, dtype=np.int64)
+        sent: dict[int, list] = {}
+        got: dict[int, list] = {}
+        self.plan: dict[int, list] = {}  # peer -> [(chunk, its block's shape, bytes, [(in it, in the result)])]
+        for c, chunk in enumerate(chunks):
+            rows, step = len(chunk.members), chunk.step
+            sources = dict(step.sources)
+            for peer, box, _, _ in chunk.sends:
+                sent.setdefault(peer, []).append((c, rows, step.held, box))
+            for peer, box, _, _ in chunk.recvs:
+                origin = sources[peer]
+                got.setdefault(peer, []).append((c, rows, origin, box))
+                moves = self.plan.setdefault(peer, [])
+                if not moves or moves[-1][0] != c:
+                    shape = (rows, *(b - a for a, b in origin))
+                    moves.append((c, shape, _numel_shape(shape) * chunk.itemsize, []))
+                moves[-1][3].append((_slices(box, origin), _slices(box, step.target)))
+        self.readers = {q: (exchange_tag("many", tuple(v)), 0, 0) for q, v in sent.items()}
+        self.writers = {p: exchange_tag("many", tuple(v)) for p, v in got.items()}
+        self.own = [[(_slices(box, chunk.step.held), _slices(box, chunk.step.target)) for box in chunk.step.kept
+                     if _numel(box)] for chunk in chunks]
+
+    def join(self, xs: Sequence[Array]) -> tuple[Any, list[Array]]:
+        """The batch's chunks joined into a new block of the arena after its header: (the block,
+        each chunk's inputs stacked there); (None, []) where the arena has no room."""
+        from ..engines import arena as arena_mod
+
+        block = arena_mod.numpy_array((self.nbytes,), np.uint8)
+        if block is None:
+            return None, []
+        block[: self.header.nbytes] = self.header.view(np.uint8)
+        stacked = []
+        for c, chunk in enumerate(self.batch.chunks):
+            shape = (len(chunk.members), *(b - a for a, b in chunk.step.held))
+            at = self.places[c]
+            stacked.append(_join(chunk, xs, block[at : at + _numel_shape(shape) * chunk.itemsize], shape))
+        return block, stacked
+
+    def __call__(self, k: Any, joined: tuple[Any, list[Array]], outs: list[Array],
+                 result: Any) -> tuple[bool, list[Array]]:
+        """(True, []): the batch was read in place, its results in ``outs``. (False, the joined
+        chunks, if any): the batch takes the engine's path on every rank (some rank's block is
+        not in its arena; each learns it from the notes)."""
+        from ..engines import arena as arena_mod
+
+        batch, stats = self.batch, k.stats
+        block, stacked = joined
+        if block is None:
+            self.link.exchange(None, self.readers, self.writers, None, k.op)
+            return False, []
+        mine = [arena_reads.numpy_view(s) for s in stacked]
+        results: list[Any] = [None] * len(batch.chunks)
+        views: list[Any] = [None] * len(batch.chunks)
+
+        def into(c: int) -> Any:
+            if views[c] is None:
+                results[c] = result(k, batch.chunks[c], stacked[c], outs, shared=True)
+                views[c] = arena_reads.numpy_view(results[c])
+            return views[c]
+
+        def read(peer: int, raw: Any, start: int, extent: int) -> str | None:
+            places = raw[: 8 * len(batch.chunks)].view(np.int64) if raw.size >= 8 * len(batch.chunks) else ()
+            for c, shape, nbytes, moves in self.plan[peer]:
+                at = int(places[c]) if len(places) else -1
+                if at < 0 or at + nbytes > raw.size:
+                    return f"rank {peer}'s joined inputs ({raw.size} bytes) do not hold chunk {c} ({nbytes} bytes)"
+                theirs = raw[at : at + nbytes].view(self.dtypes[c]).reshape(shape)
+                out = into(c)
+                for src, dst in moves:
+                    np.copyto(out[dst], theirs[src])
+            return None
+
+        def own() -> None:
+            for c, moves in enumerate(self.own):
+                out = into(c)
+                for src, dst in moves:
+                    np.copyto(out[dst], mine[c][src])
+
+        if not self.link.exchange(arena_mod.locate(block), self.readers, self.writers, read, k.op, own, keep=block):
+            return False, stacked
+        stats.allocated_bytes += self.nbytes
+        stats.bytes_sent += batch.sent
+        stats.bytes_received += batch.received
+        stats.pack_copies += 1  # the join: the one copy before the peers read
+        stats.steps.append(ExecutedStep("all_to_all", batch.sent, batch.received))
+        return True, []
+
+
+def _members(chunk: _Chunk, xs: Sequence[Array]) -> list[Array]:
+    first, count = chunk.members[0], len(chunk.members)
+    if chunk.members[-1] - first == count - 1:  # consecutive (the usual case): one slice
+        return list(xs[first : first + count])
+    return [xs[i] for i in chunk.members]
+
+
+def _c_contiguous(members: list[Array]) -> bool:
+    if type(members[0]) is np.ndarray:
+        return all([m.flags.c_contiguous for m in members])
+    return all([m.is_contiguous() for m in members])
+
+
+def _numpy_dtype(x: Array) -> np.dtype:
+    """The numpy dtype whose copies move ``x``'s items (an unsigned int of its size where numpy
+    has no twin of a torch dtype)."""
+    return arena_reads.numpy_view(x.reshape(-1)[:0]).dtype
+
+
+def _block_aligned(n: int) -> int:
+    return -(-n // BLOCK_ALIGN) * BLOCK_ALIGN
+
+
+def _numel_shape(shape: Sequence[int]) -> int:
+    n = 1
+    for v in shape:
+        n *= v
+    return n
+
+
+def _join(chunk: _Chunk, xs: Sequence[Array], place: Any, shape: tuple[int, ...]) -> Array:
+    """The chunk's inputs joined end to end into ``place`` (uint8 numpy bytes of the block),
+    as one array of the inputs' kind of ``shape`` (a new leading dim): one copy."""
+    members = _members(chunk, xs)
+    first = members[0]
+    if type(first).__module__ == "numpy":
+        return _fill(place.view(first.dtype).reshape(shape), members)
+    import torch
+
+    return _fill(torch.from_numpy(place).view(first.dtype).view(shape), members)
+
+
+def _fill(out: Array, members: list[Array]) -> Array:
+    """``out`` (C-ordered, ``[len(members), *shape]``) holding ``members`` in order: one copy."""
+    if type(out).__module__ == "numpy":
+        if out.ndim > 1:
+            np.concatenate(members, out=out.reshape((out.shape[0] * out.shape[1], *out.shape[2:])))
+        else:
+            out[...] = members
+        return out
+    import torch
+
+    if out.dim() > 1:
+        torch.cat(members, out=out.view((out.shape[0] * out.shape[1], *out.shape[2:])))
+    else:
+        torch.stack(members, out=out)
+    return out
 
 
 def _starts(peers: list[int], sizes: dict[int, int]) -> dict[int, int]:
@@ -139,6 +311,7 @@ class ManyRun:
         # An engine that moves boxes by datatypes (MPI's Alltoallw) takes each chunk stacked as it
         # is: nothing packed or unpacked, its own part moved in the same call
         self.forms: dict[int, Any] = {}
+        self.gathers: dict[int, Any] = {}  # the same exchange straight from each tensor, no join (MPI)
         maker = getattr(call.primitives, "boxes_form", None) if call is not None else None
         for b in self.batches if maker is not None else ():
             for chunk in b.chunks:
@@ -152,8 +325,26 @@ class ManyRun:
                 form = maker(call, proto, stacked_step)
                 if form is None:
                     self.forms.clear()
+                    self.gathers.clear()
                     break
                 self.forms[id(chunk)] = form
+                gather = getattr(call.primitives, "members_form", None)
+                direct = gather(call, like, s, len(chunk.members)) if gather is not None else None
+                if direct is not None:  # straight from each tensor where all are C-contiguous: no join
+                    self.gathers[id(chunk)] = direct
+        self.same = [i for i, p in enumerate(parts) if p.kind == "same"]
+        self.own = [i for i, p in enumerate(parts) if p.kind == "own"]
+        # Where the engine would pack and unpack (no form for boxes) and the group shares memory,
+        # a large enough batch is read in place instead (the same answer on every rank: the
+        # batch's global bytes decide, and the link is made collectively). MPI's form moves the
+        # chunks by datatypes, nothing packed: reads in place measured slower there.
+        x0 = xs[0] if xs else None
+        if call is not None and x0 is not None and not self.forms and arena_reads.allowed(x0):
+            for b in self.batches:
+                nbytes = sum(parts[i].global_bytes for chunk in b.chunks for i in chunk.members)
+                link = arena_reads.link_for(call.primitives, nbytes, 1)
+                if link is not None:
+                    b.reads = _Reads(link, b, [_numpy_dtype(xs[c.members[0]]) for c in b.chunks])
         self.tensor_stats = [ExchangeStats("redistribute") for _ in parts]
         for b in self.batches:
             for chunk in b.chunks:
@@ -165,23 +356,29 @@ class ManyRun:
                     mine.bytes_sent, mine.bytes_received = sent, received
                     mine.steps = [ExecutedStep("all_to_all", sent, received)]
 
-    def __call__(self, k: Any, xs: Sequence[Array]) -> list[Array]:
+    def prepare(self, k: Any, xs: Sequence[Array]) -> list[tuple[Any, list[Array]]]:
+        """Each batch's chunks joined (the call's local work before any exchange; a replay does
+        it while its check travels): (its block in the arena or None, each chunk stacked)."""
+        return [b.reads.join(xs) if b.reads is not None else
+                (None, [] if self.gathers else [self._stack(c, xs) for c in b.chunks]) for b in self.batches]
+
+    def __call__(self, k: Any, xs: Sequence[Array], prepared: Any = None) -> list[Array]:
         stats = k.stats
         outs: list[Array] = [None] * len(xs)
-        for i, part in enumerate(self.parts):
-            if part.kind == "same":
-                outs[i] = xs[i]
+        for i in self.same:
+            outs[i] = xs[i]
         for chunk in self.local_groups:
             self._keep(k, chunk, self._stack(chunk, xs), outs)
-        for batch in self.batches:
-            self._exchange(k, batch, xs, outs)
-        for i, part in enumerate(self.parts):
-            if part.kind == "own":  # its own steps, recorded in the call's stats as they run
-                before = (stats.bytes_sent, stats.bytes_received, len(stats.steps))
-                outs[i] = part.run(k, xs[i])
-                mine = self.tensor_stats[i]
-                mine.bytes_sent, mine.bytes_received = stats.bytes_sent - before[0], stats.bytes_received - before[1]
-                mine.steps = stats.steps[before[2]:]
+        for b, batch in enumerate(self.batches):
+            joined = prepared[b] if prepared is not None else (batch.reads.join(xs) if batch.reads is not None
+                                                               else (None, []))
+            self._exchange(k, batch, xs, outs, joined)
+        for i in self.own:  # its own steps, recorded in the call's stats as they run
+            before = (stats.bytes_sent, stats.bytes_received, len(stats.steps))
+            outs[i] = self.parts[i].run(k, xs[i])
+            mine = self.tensor_stats[i]
+            mine.bytes_sent, mine.bytes_received = stats.bytes_sent - before[0], stats.bytes_received - before[1]
+            mine.steps = stats.steps[before[2]:]
         stats.tensors = self.tensor_stats
         tally = k.tally
         tally.packs = tally.unpacks = tally.allocated = 0
@@ -194,15 +391,12 @@ class ManyRun:
     def _stack(chunk: _Chunk, xs: Sequence[Array]) -> Array:
         """The chunk's inputs as one array (of their kind) with a new leading dim: one copy,
         joined end to end (numpy's and torch's ``stack`` cost more per array)."""
-        members = [xs[i] for i in chunk.members]
-        shape = (len(members), *members[0].shape)
-        if type(members[0]).__module__ == "numpy":
-            import numpy as np
-
-            return np.concatenate(members).reshape(shape) if members[0].ndim else np.stack(members)
-        import torch
-
-        return torch.cat(members).reshape(shape) if members[0].dim() else torch.stack(members)
+        members = _members(chunk, xs)
+        first = members[0]
+        shape = (len(members), *first.shape)
+        # into a new C-ordered array: concatenating F-ordered inputs alone would give F order
+        out = np.empty(shape, first.dtype) if type(first).__module__ == "numpy" else first.new_empty(shape)
+        return _fill(out, members)
 
     def _keep(self, k: Any, chunk: _Chunk, stacked: Array, outs: list[Array]) -> Array:
         """The chunk's results, as one stacked array (of the inputs' kind) with what this rank
@@ -213,16 +407,14 @@ class ManyRun:
             out[_slices(box, step.target)] = stacked[_slices(box, step.held)]
         return out
 
-    def _result(self, k: Any, chunk: _Chunk, stacked: Array, outs: list[Array]) -> Array:
-        """The chunk's results: one new stacked array of the inputs' kind, each tensor's a view."""
+    def _result(self, k: Any, chunk: _Chunk, stacked: Array, outs: list[Array], shared: bool = False) -> Array:
+        """The chunk's results: one new stacked array of the inputs' kind (in the shared arena
+        with ``shared``, where it has room), each tensor's a view."""
         step = chunk.step
         shape = (len(chunk.members), *(b - a for a, b in step.target))
-        if type(stacked).__module__ == "numpy":
-            import numpy as np
-
-            out = np.empty(shape, dtype=stacked.dtype)
-        else:
-            out = stacked.new_empty(shape)
+        out = shared_empty(shape, stacked) if shared else None
+        if out is None:
+            out = np.empty(shape, dtype=stacked.dtype) if type(stacked).__module__ == "numpy" else stacked.new_empty(shape)
         k.stats.allocated_bytes += len(chunk.members) * _numel(step.target) * chunk.itemsize
         first, count = chunk.members[0], len(chunk.members)
         if chunk.members[-1] - first == count - 1:  # consecutive tensors (the usual case): one slice
@@ -232,15 +424,27 @@ class ManyRun:
                 outs[i] = one
         return out
 
-    def _exchange(self, k: Any, batch: _Batch, xs: Sequence[Array], outs: list[Array]) -> None:
-        """One message per peer and direction: the batch's pieces packed, exchanged, unpacked."""
+    def _exchange(self, k: Any, batch: _Batch, xs: Sequence[Array], outs: list[Array],
+                  joined: tuple[Any, list[Array]]) -> None:
+        """The batch read in place where it can be (``batch.reads``), else one message per peer
+        and direction: its pieces packed, exchanged, unpacked. ``joined``: the chunks stacked
+        already (``prepare``), if they are."""
         arrays, stats = k.arrays, k.stats
-        if self.forms:  # one Alltoallw per chunk, straight from the stacked inputs into the results
-            for chunk in batch.chunks:
-                stacked = self._stack(chunk, xs)
-                out = self._result(k, chunk, stacked, outs)
+        ready = joined[1]
+        if batch.reads is not None:
+            done, ready = batch.reads(k, joined, outs, self._result)
+            if done:
+                return
+        if self.forms:  # one Alltoallw per chunk into its results, straight from each tensor or from them joined
+            for c, chunk in enumerate(batch.chunks):
                 started = stats.begin_step()
-                self.forms[id(chunk)](k, stacked, out)
+                gather = self.gathers.get(id(chunk))
+                members = _members(chunk, xs)
+                if gather is not None and _c_contiguous(members):
+                    gather(k, members, self._result(k, chunk, members[0], outs))
+                else:
+                    stacked = ready[c] if ready else self._stack(chunk, xs)
+                    self.forms[id(chunk)](k, stacked, self._result(k, chunk, stacked, outs))
                 stats.bytes_sent += sum(n for _, _, _, n in chunk.sends)
                 stats.bytes_received += sum(n for _, _, _, n in chunk.recvs)
                 stats.end_step("all_to_all", started)
@@ -254,8 +458,8 @@ class ManyRun:
         as_numpy = numpy_in and arrays.name == "torch"  # numpy's own views of the same bytes
         send, recv = (send_.numpy(), recv_.numpy()) if as_numpy else (send_, recv_)
         results = []
-        for chunk in batch.chunks:
-            stacked = self._stack(chunk, xs)
+        for c, chunk in enumerate(batch.chunks):
+            stacked = ready[c] if ready else self._stack(chunk, xs)
             results.append(self._keep(k, chunk, stacked, outs))
             rows, held = len(chunk.members), chunk.step.held
             for peer, box, offset, n in chunk.sends:
