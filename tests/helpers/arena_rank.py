@@ -253,3 +253,20 @@ def many(comm, engine, mesh_shape, cases, calls, as_torch=False, tiny_arena_on=N
             wants = [np.ascontiguousarray(rs.local_shard(full, dst, coord, mesh_shape)) for full, dst in zip(fulls, dsts)]
             out.append(([_np(y).tobytes() for y in ys], [w.tobytes() for w in wants], [in_arena(y) for y in ys]))
     return out, [str(w.message) for w in seen]
+
+
+def many_peak(comm, tensors, shape, calls):
+    """``tensors`` float32 tensors of global ``shape``, S(0) -> S(1) in one call, ``calls`` times
+    (a replay after the first), the last results kept until the next are made: the most bytes
+    the arena's blocks held at once beyond what they held before the calls, and the bytes of
+    one call's results on this rank."""
+    rows = shape[0] // comm.size
+    xs = [np.full((rows, shape[1]), k, np.float32) for k in range(tensors)]
+    ys = rs.redistribute(xs, rs.Shard(0), rs.Shard(1))
+    where = arena_mod.arena()
+    before = where.live
+    where.peak_live = where.live
+    for _ in range(calls):
+        ys = rs.redistribute(xs, rs.Shard(0), rs.Shard(1))
+    right = all(np.all(np.asarray(_np(y)) == k) for k, y in enumerate(ys))
+    return where.peak_live - before, sum(_np(y).nbytes for y in ys), right

@@ -365,3 +365,11 @@ def test_every_list_gives_numpys_parts_with_the_arena_on(engine, cases, layouts,
     per_rank = rs.spawn(arena_rank.many, 3, engine, args=(engine, (3,), cases, 2, engine == "gloo", None, layouts),
                         timeout=180)
     _check_many(per_rank, engine, arena_moves=None)
+
+
+def test_a_long_list_holds_one_batch_of_joined_inputs_at_a_time(small_exchanges):
+    # 48 tensors of 1.5 MiB (global), batches of two (4 MiB at most): 24 batches of 1 MiB per rank
+    batch = 2 * (1536 * 256 * 4) // 3
+    for extra, results, right in rs.spawn(arena_rank.many_peak, 3, "gloo", args=(48, (1536, 256), 3), timeout=180):
+        assert right
+        assert extra <= results + 4 * batch  # the new results, the block being read, two kept for late readers

@@ -357,10 +357,15 @@ class ManyRun:
                     mine.steps = [ExecutedStep("all_to_all", sent, received)]
 
     def prepare(self, k: Any, xs: Sequence[Array]) -> list[tuple[Any, list[Array]]]:
-        """Each batch's chunks joined (the call's local work before any exchange; a replay does
-        it while its check travels): (its block in the arena or None, each chunk stacked)."""
-        return [b.reads.join(xs) if b.reads is not None else
-                (None, [] if self.gathers else [self._stack(c, xs) for c in b.chunks]) for b in self.batches]
+        """The first batch's chunks joined (the call's local work before any exchange; a replay
+        does it while its check travels): (its block in the arena or None, each chunk stacked).
+        Only the first: a batch's buffers are alive one at a time."""
+        return [self._joined(b, xs) for b in self.batches[:1]]
+
+    def _joined(self, batch: _Batch, xs: Sequence[Array]) -> tuple[Any, list[Array]]:
+        if batch.reads is not None:
+            return batch.reads.join(xs)
+        return None, [] if self.gathers else [self._stack(c, xs) for c in batch.chunks]
 
     def __call__(self, k: Any, xs: Sequence[Array], prepared: Any = None) -> list[Array]:
         stats = k.stats
@@ -370,8 +375,7 @@ class ManyRun:
         for chunk in self.local_groups:
             self._keep(k, chunk, self._stack(chunk, xs), outs)
         for b, batch in enumerate(self.batches):
-            joined = prepared[b] if prepared is not None else (batch.reads.join(xs) if batch.reads is not None
-                                                               else (None, []))
+            joined = prepared[b] if prepared is not None and b < len(prepared) else self._joined(batch, xs)
             self._exchange(k, batch, xs, outs, joined)
         for i in self.own:  # its own steps, recorded in the call's stats as they run
             before = (stats.bytes_sent, stats.bytes_received, len(stats.steps))
