@@ -105,16 +105,17 @@ def run_torchrun(hosts: Sequence[Host], script: str, args: Sequence[str], ranks_
     return outputs
 
 
-def run_job(job_source: str, args: Sequence[str], rate: str | None, timeout: float = 3000) -> Any:
+def run_job(job_source: str, args: Sequence[str], rate: str | None, timeout: float = 3000,
+            ranks_per_host: int = 2) -> Any:
     """``job_source`` (a script whose rank 0 writes JSON to the path in ``sys.argv[1]``) under
-    torchrun on two hosts of two ranks, the link shaped to ``rate``; what it wrote. A SIGTERM
-    still removes the namespaces (it becomes SystemExit)."""
+    torchrun on two hosts of ``ranks_per_host`` ranks, the link shaped to ``rate``; what it
+    wrote. A SIGTERM still removes the namespaces (it becomes SystemExit)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory() as tmp:
         script, out = os.path.join(tmp, "job.py"), os.path.join(tmp, "result.json")
         with open(script, "w") as f:
             f.write(job_source)
         with two_hosts(rate) as hosts:
-            run_torchrun(hosts, script, [out, *args], ranks_per_host=2, timeout=timeout)
+            run_torchrun(hosts, script, [out, *args], ranks_per_host=ranks_per_host, timeout=timeout)
         with open(out) as f:
             return json.load(f)
