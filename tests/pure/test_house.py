@@ -35,6 +35,7 @@ LAYERS = [
     ["execution.hot_replay"],
     ["execution.call", "execution.step_bodies", "execution.autograd", "execution.arena_reads"],
     ["execution.execute"],
+    ["execution.many_reads"],
     ["execution.coalesced"],
     ["execution"],
     ["redistribution"],

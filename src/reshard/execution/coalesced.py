@@ -13,11 +13,10 @@ largest tensor's (4 MiB at least; the same on every rank): its buffers (the inpu
 pack, the receive buffer) grow with a batch, not with the whole list. In each message a chunk's piece starts at a multiple of
 16 bytes: both ends work out the same offsets from the same boxes.
 
-Where the group shares memory (``engines.arena_link``) and a batch is large enough, its chunks
-are joined into one block of the shared arena and each rank copies its boxes straight out of
-its peers' blocks into its results: one copy to join, one to move, one round of notes per
-batch. The block starts with the offset of each chunk in it (the ranks' blocks differ in size
-where shapes are uneven), so a reader finds every chunk without asking.
+Where the engine would pack (gloo), the group shares memory (``engines.arena_link``) and a
+batch is large enough, the batch is read in place instead (``many_reads.BatchReads``): its
+chunks joined into one block of the shared arena, each rank copying its boxes straight out of
+its peers' blocks. On MPI each chunk goes in one ``Alltoallw`` straight from its tensors.
 """
 
 from __future__ import annotations
@@ -28,29 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from ..engines.arena_link import exchange_tag
 from ..planning.steps import ExchangeBoxes
 from . import arena_reads
 from .buffers import pack_buffer, shared_empty
 from .execute import PlanRun
+from .many_reads import BatchReads, box_numel, box_slices, c_contiguous, fill, members_of, numpy_dtype
 from .stats import ExchangeStats, ExecutedStep
 
 Array = Any
 Box = tuple[tuple[int, int], ...]
 ALIGN = 16
-BLOCK_ALIGN = 64  # a chunk's place in a joined block: a cache line, so the copies in and out start aligned
 MIN_BATCH_BYTES = 4 << 20  # small tensors always share one batch
-
-
-def _numel(box: Box) -> int:
-    n = 1
-    for a, b in box:
-        n *= b - a
-    return n
-
-
-def _slices(box: Box, origin: Box) -> tuple[slice, ...]:
-    return (slice(None),) + tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
 
 
 def _aligned(n: int) -> int:
@@ -92,7 +79,7 @@ class _Batch:
             for pairs, table, sizes in ((chunk.step.sends, chunk.sends, self.send_sizes),
                                         (chunk.step.recvs, chunk.recvs, self.recv_sizes)):
                 for peer, box in pairs:
-                    n = rows * _numel(box) * chunk.itemsize
+                    n = rows * box_numel(box) * chunk.itemsize
                     if peer == rank or not n:
                         continue
                     at = sizes.get(peer, 0)
@@ -104,167 +91,7 @@ class _Batch:
         self.send_total, self.recv_total = sum(self.send_sizes.values()), sum(self.recv_sizes.values())
         self.sent = sum(n for c in chunks for _, _, _, n in c.sends)
         self.received = sum(n for c in chunks for _, _, _, n in c.recvs)
-        self.reads: _Reads | None = None  # the batch as reads in place, where the group shares memory
-
-
-class _Reads:
-    """A batch as reads in place: where each chunk lies in this rank's joined block (after a
-    header of those places), what each peer reads of it, and what this rank reads of each
-    peer's block into which result."""
-
-    def __init__(self, link: Any, batch: _Batch, dtypes: list[np.dtype]):
-        self.link, self.batch, self.dtypes = link, batch, dtypes
-        chunks = batch.chunks
-        self.places, at = [], _block_aligned(8 * len(chunks))
-        for chunk in chunks:
-            self.places.append(at)
-            at += _block_aligned(len(chunk.members) * _numel(chunk.step.held) * chunk.itemsize)
-        self.nbytes = at
-        self.header = np.array(self.places, dtype=np.int64)
-        sent: dict[int, list] = {}
-        got: dict[int, list] = {}
-        self.plan: dict[int, list] = {}  # peer -> [(chunk, its block's shape, bytes, [(in it, in the result)])]
-        for c, chunk in enumerate(chunks):
-            rows, step = len(chunk.members), chunk.step
-            sources = dict(step.sources)
-            for peer, box, _, _ in chunk.sends:
-                sent.setdefault(peer, []).append((c, rows, step.held, box))
-            for peer, box, _, _ in chunk.recvs:
-                origin = sources[peer]
-                got.setdefault(peer, []).append((c, rows, origin, box))
-                moves = self.plan.setdefault(peer, [])
-                if not moves or moves[-1][0] != c:
-                    shape = (rows, *(b - a for a, b in origin))
-                    moves.append((c, shape, _numel_shape(shape) * chunk.itemsize, []))
-                moves[-1][3].append((_slices(box, origin), _slices(box, step.target)))
-        self.readers = {q: (exchange_tag("many", tuple(v)), 0, 0) for q, v in sent.items()}
-        self.writers = {p: exchange_tag("many", tuple(v)) for p, v in got.items()}
-        self.own = [[(_slices(box, chunk.step.held), _slices(box, chunk.step.target)) for box in chunk.step.kept
-                     if _numel(box)] for chunk in chunks]
-
-    def join(self, xs: Sequence[Array]) -> tuple[Any, list[Array]]:
-        """The batch's chunks joined into a new block of the arena after its header: (the block,
-        each chunk's inputs stacked there); (None, []) where the arena has no room."""
-        from ..engines import arena as arena_mod
-
-        block = arena_mod.numpy_array((self.nbytes,), np.uint8)
-        if block is None:
-            return None, []
-        block[: self.header.nbytes] = self.header.view(np.uint8)
-        stacked = []
-        for c, chunk in enumerate(self.batch.chunks):
-            shape = (len(chunk.members), *(b - a for a, b in chunk.step.held))
-            at = self.places[c]
-            stacked.append(_join(chunk, xs, block[at : at + _numel_shape(shape) * chunk.itemsize], shape))
-        return block, stacked
-
-    def __call__(self, k: Any, joined: tuple[Any, list[Array]], outs: list[Array],
-                 result: Any) -> tuple[bool, list[Array]]:
-        """(True, []): the batch was read in place, its results in ``outs``. (False, the joined
-        chunks, if any): the batch takes the engine's path on every rank (some rank's block is
-        not in its arena; each learns it from the notes)."""
-        from ..engines import arena as arena_mod
-
-        batch, stats = self.batch, k.stats
-        block, stacked = joined
-        if block is None:
-            self.link.exchange(None, self.readers, self.writers, None, k.op)
-            return False, []
-        mine = [arena_reads.numpy_view(s) for s in stacked]
-        results: list[Any] = [None] * len(batch.chunks)
-        views: list[Any] = [None] * len(batch.chunks)
-
-        def into(c: int) -> Any:
-            if views[c] is None:
-                results[c] = result(k, batch.chunks[c], stacked[c], outs, shared=True)
-                views[c] = arena_reads.numpy_view(results[c])
-            return views[c]
-
-        def read(peer: int, raw: Any, start: int, extent: int) -> str | None:
-            places = raw[: 8 * len(batch.chunks)].view(np.int64) if raw.size >= 8 * len(batch.chunks) else ()
-            for c, shape, nbytes, moves in self.plan[peer]:
-                at = int(places[c]) if len(places) else -1
-                if at < 0 or at + nbytes > raw.size:
-                    return f"rank {peer}'s joined inputs ({raw.size} bytes) do not hold chunk {c} ({nbytes} bytes)"
-                theirs = raw[at : at + nbytes].view(self.dtypes[c]).reshape(shape)
-                out = into(c)
-                for src, dst in moves:
-                    np.copyto(out[dst], theirs[src])
-            return None
-
-        def own() -> None:
-            for c, moves in enumerate(self.own):
-                out = into(c)
-                for src, dst in moves:
-                    np.copyto(out[dst], mine[c][src])
-
-        if not self.link.exchange(arena_mod.locate(block), self.readers, self.writers, read, k.op, own, keep=block):
-            return False, stacked
-        stats.allocated_bytes += self.nbytes
-        stats.bytes_sent += batch.sent
-        stats.bytes_received += batch.received
-        stats.pack_copies += 1  # the join: the one copy before the peers read
-        stats.steps.append(ExecutedStep("all_to_all", batch.sent, batch.received))
-        return True, []
-
-
-def _members(chunk: _Chunk, xs: Sequence[Array]) -> list[Array]:
-    first, count = chunk.members[0], len(chunk.members)
-    if chunk.members[-1] - first == count - 1:  # consecutive (the usual case): one slice
-        return list(xs[first : first + count])
-    return [xs[i] for i in chunk.members]
-
-
-def _c_contiguous(members: list[Array]) -> bool:
-    if type(members[0]) is np.ndarray:
-        return all([m.flags.c_contiguous for m in members])
-    return all([m.is_contiguous() for m in members])
-
-
-def _numpy_dtype(x: Array) -> np.dtype:
-    """The numpy dtype whose copies move ``x``'s items (an unsigned int of its size where numpy
-    has no twin of a torch dtype)."""
-    return arena_reads.numpy_view(x.reshape(-1)[:0]).dtype
-
-
-def _block_aligned(n: int) -> int:
-    return -(-n // BLOCK_ALIGN) * BLOCK_ALIGN
-
-
-def _numel_shape(shape: Sequence[int]) -> int:
-    n = 1
-    for v in shape:
-        n *= v
-    return n
-
-
-def _join(chunk: _Chunk, xs: Sequence[Array], place: Any, shape: tuple[int, ...]) -> Array:
-    """The chunk's inputs joined end to end into ``place`` (uint8 numpy bytes of the block),
-    as one array of the inputs' kind of ``shape`` (a new leading dim): one copy."""
-    members = _members(chunk, xs)
-    first = members[0]
-    if type(first).__module__ == "numpy":
-        return _fill(place.view(first.dtype).reshape(shape), members)
-    import torch
-
-    return _fill(torch.from_numpy(place).view(first.dtype).view(shape), members)
-
-
-def _fill(out: Array, members: list[Array]) -> Array:
-    """``out`` (C-ordered, ``[len(members), *shape]``) holding ``members`` in order: one copy."""
-    if type(out).__module__ == "numpy":
-        if out.ndim > 1:
-            np.concatenate(members, out=out.reshape((out.shape[0] * out.shape[1], *out.shape[2:])))
-        else:
-            out[...] = members
-        return out
-    import torch
-
-    if out.dim() > 1:
-        torch.cat(members, out=out.view((out.shape[0] * out.shape[1], *out.shape[2:])))
-    else:
-        torch.stack(members, out=out)
-    return out
+        self.reads: BatchReads | None = None  # the batch as reads in place, where the group shares memory
 
 
 def _starts(peers: list[int], sizes: dict[int, int]) -> dict[int, int]:
@@ -344,7 +171,7 @@ class ManyRun:
                 nbytes = sum(parts[i].global_bytes for chunk in b.chunks for i in chunk.members)
                 link = arena_reads.link_for(call.primitives, nbytes, 1)
                 if link is not None:
-                    b.reads = _Reads(link, b, [_numpy_dtype(xs[c.members[0]]) for c in b.chunks])
+                    b.reads = BatchReads(link, b, [numpy_dtype(xs[c.members[0]]) for c in b.chunks])
         self.tensor_stats = [ExchangeStats("redistribute") for _ in parts]
         for b in self.batches:
             for chunk in b.chunks:
@@ -395,12 +222,12 @@ class ManyRun:
     def _stack(chunk: _Chunk, xs: Sequence[Array]) -> Array:
         """The chunk's inputs as one array (of their kind) with a new leading dim: one copy,
         joined end to end (numpy's and torch's ``stack`` cost more per array)."""
-        members = _members(chunk, xs)
+        members = members_of(chunk, xs)
         first = members[0]
         shape = (len(members), *first.shape)
         # into a new C-ordered array: concatenating F-ordered inputs alone would give F order
         out = np.empty(shape, first.dtype) if type(first).__module__ == "numpy" else first.new_empty(shape)
-        return _fill(out, members)
+        return fill(out, members)
 
     def _keep(self, k: Any, chunk: _Chunk, stacked: Array, outs: list[Array]) -> Array:
         """The chunk's results, as one stacked array (of the inputs' kind) with what this rank
@@ -408,7 +235,7 @@ class ManyRun:
         out = self._result(k, chunk, stacked, outs)
         step = chunk.step
         for box in step.kept:
-            out[_slices(box, step.target)] = stacked[_slices(box, step.held)]
+            out[box_slices(box, step.target)] = stacked[box_slices(box, step.held)]
         return out
 
     def _result(self, k: Any, chunk: _Chunk, stacked: Array, outs: list[Array], shared: bool = False) -> Array:
@@ -419,7 +246,7 @@ class ManyRun:
         out = shared_empty(shape, stacked) if shared else None
         if out is None:
             out = np.empty(shape, dtype=stacked.dtype) if type(stacked).__module__ == "numpy" else stacked.new_empty(shape)
-        k.stats.allocated_bytes += len(chunk.members) * _numel(step.target) * chunk.itemsize
+        k.stats.allocated_bytes += len(chunk.members) * box_numel(step.target) * chunk.itemsize
         first, count = chunk.members[0], len(chunk.members)
         if chunk.members[-1] - first == count - 1:  # consecutive tensors (the usual case): one slice
             outs[first : first + count] = list(out)
@@ -438,13 +265,18 @@ class ManyRun:
         if batch.reads is not None:
             done, ready = batch.reads(k, joined, outs, self._result)
             if done:
+                stats.allocated_bytes += batch.reads.nbytes
+                stats.bytes_sent += batch.sent
+                stats.bytes_received += batch.received
+                stats.pack_copies += 1  # the join: the one copy before the peers read
+                stats.steps.append(ExecutedStep("all_to_all", batch.sent, batch.received))
                 return
         if self.forms:  # one Alltoallw per chunk into its results, straight from each tensor or from them joined
             for c, chunk in enumerate(batch.chunks):
                 started = stats.begin_step()
                 gather = self.gathers.get(id(chunk))
-                members = _members(chunk, xs)
-                if gather is not None and _c_contiguous(members):
+                members = members_of(chunk, xs)
+                if gather is not None and c_contiguous(members):
                     gather(k, members, self._result(k, chunk, members[0], outs))
                 else:
                     stacked = ready[c] if ready else self._stack(chunk, xs)
@@ -469,7 +301,7 @@ class ManyRun:
             for peer, box, offset, n in chunk.sends:
                 at = batch.send_at[peer] + offset
                 piece = send[at : at + n].view(stacked.dtype).reshape((rows, *(b - a for a, b in box)))
-                piece[...] = stacked[_slices(box, held)]
+                piece[...] = stacked[box_slices(box, held)]
         if getattr(k.primitives, "pairwise", False):  # gloo: a message per peer (same-host peers read the outbox)
             sends = [(p, send_[batch.send_at[p] : batch.send_at[p] + batch.send_sizes[p]]) for p in batch.send_peers]
             recvs = [(p, recv_[batch.recv_at[p] : batch.recv_at[p] + batch.recv_sizes[p]]) for p in batch.recv_peers]
@@ -482,7 +314,7 @@ class ManyRun:
             for peer, box, offset, n in chunk.recvs:
                 at = batch.recv_at[peer] + offset
                 piece = recv[at : at + n].view(out.dtype).reshape((rows, *(b - a for a, b in box)))
-                out[_slices(box, target)] = piece
+                out[box_slices(box, target)] = piece
         stats.bytes_sent += batch.sent
         stats.bytes_received += batch.received
         stats.pack_copies += bool(batch.send_peers)
