@@ -13,7 +13,7 @@ from reshard.engines import arena as arena_mod
 
 def in_arena(a) -> bool:
     """Whether ``a`` (numpy or a CPU torch tensor) lies in this process's arena."""
-    from reshard.execution.arena_reads import numpy_view
+    from reshard.execution.arrays import numpy_view
 
     return arena_mod.locate(numpy_view(a)) is not None
 
@@ -27,7 +27,7 @@ def _as(engine, a):
 
 
 def _np(a):
-    from reshard.execution.arena_reads import numpy_view
+    from reshard.execution.arrays import numpy_view
 
     return np.array(numpy_view(a))
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,28 +23,11 @@ from ..engines.arena_link import ArenaLink, exchange_tag
 from ..planning.layout import offsets
 from ..planning.plan import region_numel as box_size
 from ..planning.steps import AllToAll, Box, ExchangeBoxes, with_dim
-from .arrays import is_torch, numel
+from .arrays import copy_box, is_torch, numel, numpy_view
 from .buffers import shared_empty
 
 Array = Any
 Slices = tuple[slice, ...]
-
-
-def numpy_view(a: Array) -> np.ndarray:
-    """``a``'s memory as a numpy array of its shape (a dtype of the same item size where numpy
-    has no twin of a torch dtype); no copy."""
-    if not is_torch(a):
-        return a
-    t = a.detach()
-    try:
-        return t.numpy()
-    except TypeError:
-        torch = sys.modules["torch"]
-        size = t.element_size()
-        as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(size)
-        if as_int is None:  # 16-byte items: two int64 each
-            return t.view(torch.int64).numpy().view(np.dtype((np.void, size))).reshape(tuple(t.shape))
-        return t.view(as_int).numpy()
 
 
 _off = contextvars.ContextVar("reshard_arena_off", default=False)
@@ -166,12 +148,12 @@ class ArenaReads:
                 return f"rank {peer}'s input is {raw.size} bytes where {numel(shape) * x.itemsize} were expected"
             theirs = raw.view(x.dtype).reshape(shape)
             for src, dst in boxes:
-                np.copyto(result[dst], theirs[src])
+                copy_box(result[dst], theirs[src])
             return None
 
         def own() -> None:
             for src, dst in self.own:
-                np.copyto(result[dst], x[src])
+                copy_box(result[dst], x[src])
 
         if not self.link.exchange(source, self.readers, self.writers, read, k.op, own):
             return engine_path(k, xt, self.inner, prepared)

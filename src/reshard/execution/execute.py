@@ -30,7 +30,7 @@ from ..planning.steps import (
     with_dim,
 )
 from . import arena_reads, phases, step_bodies
-from .arrays import numel
+from .arrays import numel, numpy_view
 from .call import Call, wants_grad
 from .stats import ExchangeStats, ExecutedStep, last_exchange, set_last
 
@@ -270,7 +270,7 @@ def prepare_send(call: CallState, x: Array, split_dim: int, send_sizes: Any) -> 
     """The engine's pack of an all-to-all's input, as a job to run early (while the check's
     records travel), where its form packs before the exchange; None where it does not, or where
     the input lies in the shared arena (its peers will likely read it in place)."""
-    if arena_reads.allowed(x) and arena_mod.locate(arena_reads.numpy_view(x)) is not None:
+    if arena_reads.allowed(x) and arena_mod.locate(numpy_view(x)) is not None:
         return None
     return call.primitives.prepare_send(call, x, split_dim, send_sizes)
 

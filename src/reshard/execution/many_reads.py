@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..engines.arena_link import exchange_tag
-from . import arena_reads
+from .arrays import copy_box, numpy_view
 
 Array = Any
 Box = tuple[tuple[int, int], ...]
@@ -95,14 +95,14 @@ class BatchReads:
         if block is None:
             self.link.exchange(None, self.readers, self.writers, None, k.op)
             return False, []
-        mine = [arena_reads.numpy_view(s) for s in stacked]
+        mine = [numpy_view(s) for s in stacked]
         results: list[Any] = [None] * len(batch.chunks)
         views: list[Any] = [None] * len(batch.chunks)
 
         def into(c: int) -> Any:
             if views[c] is None:
                 results[c] = result(k, batch.chunks[c], stacked[c], outs, shared=True)
-                views[c] = arena_reads.numpy_view(results[c])
+                views[c] = numpy_view(results[c])
             return views[c]
 
         def read(peer: int, raw: Any, start: int, extent: int) -> str | None:
@@ -114,14 +114,14 @@ class BatchReads:
                 theirs = raw[at : at + nbytes].view(self.dtypes[c]).reshape(shape)
                 out = into(c)
                 for src, dst in moves:
-                    np.copyto(out[dst], theirs[src])
+                    copy_box(out[dst], theirs[src])
             return None
 
         def own() -> None:
             for c, moves in enumerate(self.own):
                 out = into(c)
                 for src, dst in moves:
-                    np.copyto(out[dst], mine[c][src])
+                    copy_box(out[dst], mine[c][src])
 
         if not self.link.exchange(arena_mod.locate(block), self.readers, self.writers, read, k.op, own, keep=block):
             return False, stacked
@@ -144,7 +144,7 @@ def c_contiguous(members: list[Array]) -> bool:
 def numpy_dtype(x: Array) -> np.dtype:
     """The numpy dtype whose copies move ``x``'s items (an unsigned int of its size where numpy
     has no twin of a torch dtype)."""
-    return arena_reads.numpy_view(x.reshape(-1)[:0]).dtype
+    return numpy_view(x.reshape(-1)[:0]).dtype
 
 
 def _block_aligned(n: int) -> int:
