@@ -45,6 +45,31 @@ def turned_off(off: bool = True) -> Iterator[None]:
             _off.reset(token)
 
 
+class RowsPlaced:
+    """Where an exchange of rows read in place puts each row it receives: received row ``i``
+    (in the order the exchange would stack them) goes to row ``rows[i]`` of the result, so the
+    caller's own reordering copy is saved. ``done`` says whether the exchange did it (it did
+    not where it took the engine's path)."""
+
+    __slots__ = ("rows", "done")
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows, self.done = rows, False
+
+
+_placed: contextvars.ContextVar[RowsPlaced | None] = contextvars.ContextVar("reshard_rows_placed", default=None)
+
+
+@contextlib.contextmanager
+def rows_placed(placed: RowsPlaced | None) -> Iterator[None]:
+    """Within: the exchange of rows reads in place puts its rows where ``placed`` says."""
+    token = _placed.set(placed)
+    try:
+        yield
+    finally:
+        _placed.reset(token)
+
+
 def key_part() -> tuple:
     """What a replay key adds for the arena: calls with it off keep programs of their own."""
     return ("arena off",) if _off.get() else ()
@@ -287,11 +312,23 @@ class RowsReads:
         row_bytes = numel(trail) * x.itemsize
         rows = sum(sum(recv) for _, recv in self.segments)
         out = result = None
+        placed = _placed.get()
+        if placed is not None and len(placed.rows) != rows:
+            placed = None
         if source is not None:
             out = shared_empty((rows, *trail), xt)
             if out is None:
                 out = arrays.empty((rows, *trail), like=xt)
             result = numpy_view(out)
+        dest = placed.rows if placed is not None else None
+
+        def put(at: int, count: int, rows_: np.ndarray) -> None:
+            """Received rows ``at .. at + count`` into the result: in order, or where ``placed`` says."""
+            if dest is None:
+                result[at : at + count] = rows_
+            else:
+                result[dest[at : at + count]] = rows_
+
         sent = received = 0
         for seg, (sends, recvs) in enumerate(self.segments):
             send_at = [sent + o for o in offsets(sends)]
@@ -305,17 +342,19 @@ class RowsReads:
                 if raw.size != extent * row_bytes or start + recvs[p] > extent:
                     return f"rank {p}'s rows do not fit its input ({raw.size} bytes, {extent} rows)"
                 theirs = raw.view(x.dtype).reshape((extent, *trail))
-                result[recv_at[p] : recv_at[p] + recvs[p]] = theirs[start : start + recvs[p]]
+                put(recv_at[p], recvs[p], theirs[start : start + recvs[p]])
                 return None
 
             def own(send_at: list[int] = send_at, recv_at: list[int] = recv_at, sends: Sequence[int] = sends,
                     recvs: Sequence[int] = recvs) -> None:
                 if sends[rank]:
-                    result[recv_at[rank] : recv_at[rank] + recvs[rank]] = x[send_at[rank] : send_at[rank] + sends[rank]]
+                    put(recv_at[rank], recvs[rank], x[send_at[rank] : send_at[rank] + sends[rank]])
 
             if not link.exchange(source, readers, writers, read, k.op, own):  # the same answer every segment
                 return engine_path(k, xt, self.inner, prepared)
             sent, received = sent + sum(sends), received + sum(recvs)
+        if placed is not None:
+            placed.done = True
         tally.allocated += rows * row_bytes
         tally.landing = out
         return out

@@ -27,9 +27,9 @@ import numpy as np
 from .. import validate
 from ..comm import Comm
 from ..errors import InvalidArgument, UnsupportedDType
-from ..execution import execute, handles, phases
+from ..execution import arena_reads, execute, handles, phases
 from ..execution.arrays import is_numpy, is_torch
-from ..execution.call import Call, run_started
+from ..execution.call import Call, run_started, wants_grad
 from ..mesh import Mesh
 from ..planning.layout import check_int, offsets, shard_sizes
 from . import host_routes, sums, two_level
@@ -313,13 +313,20 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
         out = two_level.combine(expert_outputs, handle.hosts, handle.num_tokens, handle.top_k, weights)
         execute.report_as("moe.combine", call)
         return out
-    # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order
-    back = exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send, "moe.combine (exchange)",
-                             handle.total_rows)
+    # the reverse exchanges: each expert's block goes home, arriving in dispatch's send order;
+    # read in place and off the tape, each row lands straight in its (token, slot) place instead
+    placed = None
+    if handle.slot_rows is not None and not wants_grad(expert_outputs):
+        placed = arena_reads.RowsPlaced(handle.send_rows)
+    with arena_reads.rows_placed(placed):
+        back = exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send,
+                                 "moe.combine (exchange)", handle.total_rows)
     execute.report_as("moe.combine", call)
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])
-    if handle.slot_rows is not None:  # dropless: every (token, slot) has its row, so gather
+    if placed is not None and placed.done:
+        slots = back
+    elif handle.slot_rows is not None:  # dropless: every (token, slot) has its row, so gather
         slots = take_rows(back, handle.slot_rows)
     elif is_torch(back):
         slots = back.new_zeros((num_tokens * top_k, *trail))

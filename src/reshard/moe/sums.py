@@ -69,11 +69,14 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
             if torch.is_grad_enabled() and slots.requires_grad:
                 return torch.lerp(base, slots[:, 1], weight)
             return torch.lerp(base, slots[:, 1], weight, out=array_backend("torch").empty(base.shape, like=base))
-        out = base * total.reshape(num_tokens, *ones)
+        scale = total.reshape(num_tokens, *ones)
         if torch.is_grad_enabled() and (slots.requires_grad or w.requires_grad):
+            out = base * scale
             for j in range(1, top_k):
                 out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))
             return out
+        # the backend's buffer: memory the heap freed, where a fresh product page-faults each call
+        out = torch.mul(base, scale, out=array_backend("torch").empty(base.shape, like=base))
         diff = array_backend("torch").empty(base.shape, like=base)
         for j in range(1, top_k):  # in place: the same operations, no fresh buffers
             out.addcmul_(torch.sub(slots[:, j], base, out=diff), w[:, j].reshape(num_tokens, *ones))
