@@ -68,15 +68,22 @@ RUN_ITEM_MIN_BYTES = 16 << 10  # smaller copies: two more views cost more than t
 
 def short_runs(dst: Any, src: Any, most: int) -> bool:
     """Whether ``dst[...] = src`` (one shape and dtype) moves runs of at most ``most`` bytes
-    along a last dim that both hold contiguously, and enough of them to pay for two views."""
+    along a last dim that both hold contiguously, and enough of them to pay for two views.
+    The cheap tests first: most copies are small or of long runs."""
+    if dst.nbytes < RUN_ITEM_MIN_BYTES or type(src) is not type(dst):
+        return False
     shape = dst.shape
-    if not shape or shape[-1] < 2 or tuple(shape) != tuple(src.shape) or dst.dtype != src.dtype:
+    if not shape:
         return False
-    size = dst.element_size() if is_torch(dst) else dst.itemsize
-    if shape[-1] * size > most or numel(shape) * size < RUN_ITEM_MIN_BYTES:
-        return False
-    return dst.stride()[-1] == 1 and src.stride()[-1] == 1 if is_torch(dst) else (
-        dst.strides[-1] == size and src.strides[-1] == size)
+    if torch_in := is_torch(dst):
+        size = dst.element_size()
+        if shape[-1] * size > most or shape[-1] < 2 or dst.stride()[-1] != 1 or src.stride()[-1] != 1:
+            return False
+    else:
+        size = dst.itemsize
+        if shape[-1] * size > most or shape[-1] < 2 or dst.strides[-1] != size or src.strides[-1] != size:
+            return False
+    return tuple(shape) == tuple(src.shape) and dst.dtype == src.dtype and (torch_in or not dst.dtype.hasobject)
 
 
 def copy_box(dst: np.ndarray, src: np.ndarray) -> None:
@@ -84,7 +91,7 @@ def copy_box(dst: np.ndarray, src: np.ndarray) -> None:
     short runs along a contiguous last dim, each run is copied as one item of its bytes: numpy's
     loop over a short run's few elements costs more than its bytes (a 32-byte run 1.8x, an
     8-byte one 11x a whole-run copy here)."""
-    if short_runs(dst, src, RUN_ITEM_MAX_BYTES) and not dst.dtype.hasobject:
+    if short_runs(dst, src, RUN_ITEM_MAX_BYTES):
         run = np.dtype((np.void, dst.shape[-1] * dst.itemsize))
         np.copyto(dst.view(run), src.view(run))
     else:
@@ -146,7 +153,7 @@ class TorchArrays:
 
     def copy(self, dst: Any, src: Any) -> None:
         # torch's copy loops over each short run's elements too (an 8-byte run 4x a whole-run copy)
-        if (dst.device.type == "cpu" and src.device.type == "cpu" and short_runs(dst, src, TORCH_RUN_ITEM_MAX_BYTES)
+        if (short_runs(dst, src, TORCH_RUN_ITEM_MAX_BYTES) and dst.device.type == "cpu" and src.device.type == "cpu"
                 and not (dst.requires_grad or src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())):
             copy_box(numpy_view(dst), numpy_view(src))
         else:
