@@ -48,6 +48,16 @@ def hang(comm, seconds):
     return comm.rank
 
 
+def pid_then_hang(comm, folder, seconds):
+    """Write this rank's pid to ``folder/rank<r>`` (written whole, then renamed), then sleep."""
+    path = os.path.join(folder, f"rank{comm.rank}")
+    with open(path + ".part", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".part", path)
+    time.sleep(seconds)
+    return comm.rank
+
+
 def listening(comm):
     """This rank's listening TCP sockets (address, port) after one exchange."""
     import psutil

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 import reshard as rs
+from reshard.engines.available import missing_for
 from tests.helpers import rank_fns
 
 SRC = pathlib.Path(rs.__file__).parent
@@ -100,6 +101,54 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
     gone, alive = psutil.wait_procs(everyone, timeout=30)
     assert alive == [], alive
     assert not list(tmp_path.glob("reshard-spawn-*"))
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+def test_sigterm_stops_every_rank_and_removes_the_job_files(engine, tmp_path):
+    """A job's process ended by SIGTERM (``timeout``, a scheduler, ``kill``) ends its ranks and
+    removes its private directory on the way out, then still ends by SIGTERM."""
+    if engine == "mpi" and missing_for("mpi") is not None:
+        pytest.skip(f"MPI is not usable here: {missing_for('mpi')}")
+    pids, temp = tmp_path / "pids", tmp_path / "tmp"
+    pids.mkdir()
+    temp.mkdir()
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(
+        f"""
+        import signal, sys
+        # SIGTERM at its default, as in a fresh process (a child inherits what the suite set)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}})
+        sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parents[2])!r})
+        import reshard as rs
+        from tests.helpers import rank_fns
+        if __name__ == "__main__":
+            rs.spawn(rank_fns.pid_then_hang, 3, engine={engine!r}, args=({str(pids)!r}, 600), timeout=600)
+        """
+    ))
+    proc = subprocess.Popen([sys.executable, str(script)], env=dict(os.environ, TMPDIR=str(temp)))
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(pids.glob("rank?"))) < 3:  # until every rank runs
+        time.sleep(0.1)
+    ranks = [psutil.Process(int(p.read_text())) for p in sorted(pids.glob("rank?"))]
+    everyone = [*parent.children(recursive=True), *ranks]
+    assert len(ranks) == 3
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:  # fail, but leave no process behind for the tests after this one
+        for p in [parent, *everyone]:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        raise
+    gone, alive = psutil.wait_procs(everyone, timeout=30)
+    for p in alive:  # fail, but leave nothing running
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    assert alive == [], alive
+    assert proc.returncode == -signal.SIGTERM
+    assert not list(temp.glob("reshard-*"))
 
 
 # The only unpickling: results and payloads between rs.spawn and the rank processes it started

@@ -53,7 +53,8 @@ def spawn(
     every wait inside it. If any rank raises, dies or overruns, raises ``RankFailed`` naming the
     ranks and why (each one's traceback, last error output, or the collective it was waiting
     in); when every rank raised the same ``ReshardError`` subclass, the exception is also an
-    instance of that subclass. No rank outlives the call.
+    instance of that subclass. No rank outlives the call, nor this process where SIGTERM ends
+    it during the call (the ranks are stopped first; then it ends by SIGTERM).
 
     ``engine``: "gloo" (torch.distributed), "nccl" or "mpi"; None takes gloo where torch is
     installed, else MPI (with a ``UserWarning`` saying so). An engine whose library is missing
@@ -81,11 +82,42 @@ def spawn(
         )
     timeout = float(timeout)
     payload = pack(fn, tuple(args))
-    if engine == "mpi":
-        from .mpi import spawn_mpi
+    with _sigterm_stops_the_job():
+        if engine == "mpi":
+            from .mpi import spawn_mpi
 
-        return spawn_mpi(payload, size, timeout, check)
-    return _spawn_torch(payload, size, engine, timeout, check)
+            return spawn_mpi(payload, size, timeout, check)
+        return _spawn_torch(payload, size, engine, timeout, check)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while a job ran: raised so that the job's ranks are stopped and its files
+    removed on the way out."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_job() -> Iterator[None]:
+    """Within, where SIGTERM would end this process at once (its default action, in the main
+    thread): a SIGTERM stops the job's ranks and removes its directory first, then ends the
+    process by SIGTERM as before (``timeout``, a scheduler's stop, ``kill``). Without it the
+    ranks, or an MPI launcher in a session of its own, outlive the process. A handler the
+    program set is left alone."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # the exit a SIGTERM gives, now that nothing is left
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _spawn_torch(payload: bytes, size: int, engine: str, timeout: float, check: bool) -> list[Any]:
@@ -230,10 +262,10 @@ class _Job:
 
 @contextlib.contextmanager
 def _ctrl_c_after_start() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) while the ranks start, so that one pressed then arrives once every
-    rank started is known and can be stopped (else a rank half-started is left running)."""
+    """Hold Ctrl-C (SIGINT) and SIGTERM while the ranks start, so that one sent then arrives once
+    every rank started is known and can be stopped (else a rank half-started is left running)."""
     hold = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if hold else None
     try:
         yield
     finally:
