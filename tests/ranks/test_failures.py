@@ -62,22 +62,15 @@ def _free_port() -> int:
 
 
 def test_ctrl_c_leaves_nothing_behind(tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(
-        f"""
-        import signal, sys
-        # As from a terminal: Ctrl-C raises here, whatever the test process holds or ignores
-        # (a child inherits both, and the suite's own process may have either by now).
+    # As from a terminal: Ctrl-C raises here, whatever the test process holds or ignores
+    # (a child inherits both, and the suite's own process may have either by now).
+    script = _job_script(tmp_path, """
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
-        sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parents[2])!r})
-        import reshard as rs
-        from tests.helpers import rank_fns
-        if __name__ == "__main__":
-            print("starting", flush=True)
-            rs.spawn(rank_fns.hang, 3, args=(600,), timeout=600)
-        """
-    ))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        """, """
+        print("starting", flush=True)
+        rs.spawn(rank_fns.hang, 3, args=(600,), timeout=600)
+        """)
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
     parent = psutil.Process(proc.pid)
@@ -89,18 +82,38 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
             break
         time.sleep(0.1)
     assert len(ranks) == 3
-    everyone = parent.children(recursive=True)
-    proc.send_signal(signal.SIGINT)
+    _signal_and_reap(proc, signal.SIGINT, parent.children(recursive=True))
+    assert not list(tmp_path.glob("reshard-spawn-*"))
+
+
+def _job_script(tmp_path: pathlib.Path, signal_setup: str, body: str) -> pathlib.Path:
+    """A script that sets its signals as ``signal_setup`` says, then runs ``body`` under
+    ``if __name__ == "__main__":`` with ``rs`` and ``rank_fns`` imported."""
+    script = tmp_path / "job.py"
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    script.write_text(f"import signal, sys\n{textwrap.dedent(signal_setup)}sys.path.insert(0, {root!r})\n"
+                      "import reshard as rs\nfrom tests.helpers import rank_fns\n"
+                      f"if __name__ == \"__main__\":\n{textwrap.indent(textwrap.dedent(body), '    ')}")
+    return script
+
+
+def _signal_and_reap(proc: subprocess.Popen, sig: int, everyone: list[psutil.Process]) -> None:
+    """Send ``sig`` to the job's process and wait for it to end; every process of ``everyone``
+    (its children and ranks) must be gone within 30 s. On failure nothing is left running for
+    the tests after this one."""
+    proc.send_signal(sig)
     try:
         proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:  # fail, but leave no process behind for the tests after this one
-        for p in [parent, *everyone]:
+    except subprocess.TimeoutExpired:
+        for p in [psutil.Process(proc.pid), *everyone]:
             with contextlib.suppress(psutil.Error):
                 p.kill()
         raise
     gone, alive = psutil.wait_procs(everyone, timeout=30)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
     assert alive == [], alive
-    assert not list(tmp_path.glob("reshard-spawn-*"))
 
 
 @pytest.mark.parametrize("engine", ["gloo", "mpi"])
@@ -112,41 +125,19 @@ def test_sigterm_stops_every_rank_and_removes_the_job_files(engine, tmp_path):
     pids, temp = tmp_path / "pids", tmp_path / "tmp"
     pids.mkdir()
     temp.mkdir()
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(
-        f"""
-        import signal, sys
-        # SIGTERM at its default, as in a fresh process (a child inherits what the suite set)
+    # SIGTERM at its default, as in a fresh process (a child inherits what the suite set)
+    script = _job_script(tmp_path, """
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}})
-        sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parents[2])!r})
-        import reshard as rs
-        from tests.helpers import rank_fns
-        if __name__ == "__main__":
-            rs.spawn(rank_fns.pid_then_hang, 3, engine={engine!r}, args=({str(pids)!r}, 600), timeout=600)
-        """
-    ))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        """, f"rs.spawn(rank_fns.pid_then_hang, 3, engine={engine!r}, args=({str(pids)!r}, 600), timeout=600)\n")
     proc = subprocess.Popen([sys.executable, str(script)], env=dict(os.environ, TMPDIR=str(temp)))
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(pids.glob("rank?"))) < 3:  # until every rank runs
         time.sleep(0.1)
     ranks = [psutil.Process(int(p.read_text())) for p in sorted(pids.glob("rank?"))]
-    everyone = [*parent.children(recursive=True), *ranks]
     assert len(ranks) == 3
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:  # fail, but leave no process behind for the tests after this one
-        for p in [parent, *everyone]:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        raise
-    gone, alive = psutil.wait_procs(everyone, timeout=30)
-    for p in alive:  # fail, but leave nothing running
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    assert alive == [], alive
+    _signal_and_reap(proc, signal.SIGTERM, [*parent.children(recursive=True), *ranks])
     assert proc.returncode == -signal.SIGTERM
     assert not list(temp.glob("reshard-*"))
 
