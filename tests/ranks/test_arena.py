@@ -79,6 +79,33 @@ def test_blocks_are_reused_and_returned_to_the_system(monkeypatch):
         os.close(arena.fd)
 
 
+def test_pages_held_after_a_free_stay_at_the_most_alive_at_once(monkeypatch):
+    monkeypatch.setattr(arena_mod, "KEEP_WARM_BYTES", 1 << 20)
+    arena = arena_mod.Arena(cap=512 << 20)
+    mib = 1 << 20
+
+    def block(n):
+        a = arena.array((n * mib,), np.uint8)
+        a[:] = 1
+        return a
+
+    try:
+        a, s, b = block(40), block(8), block(24)  # 72 MiB alive at once: the most ever
+        del a, b  # 64 MiB warm around s
+        x = block(48)  # fits no warm range: fresh pages; 48 alive + 64 warm + s's 8 are held
+        del s  # the warm ranges merge into one of 72 MiB
+        held = _file_pages(arena.fd) * mmap.PAGESIZE - arena_mod.HEAD_BYTES
+        # only the excess over the most alive at once went back (a part of the merged range),
+        # neither nothing (120 MiB held) nor the whole range (48 MiB held, refaulted on reuse)
+        assert held == 72 * mib, held / mib
+        assert arena.live + arena.warm_bytes == 72 * mib
+        del x
+        assert _file_pages(arena.fd) * mmap.PAGESIZE - arena_mod.HEAD_BYTES == 72 * mib
+    finally:
+        arena.map.close()
+        os.close(arena.fd)
+
+
 def _file_pages(fd):
     """Pages the system holds for a memory file (its blocks, as ``stat`` counts them)."""
     return os.fstat(fd).st_blocks * 512 // mmap.PAGESIZE

@@ -3,10 +3,10 @@
 One arena per process, shared by all its communicators, meshes and sub-communicators: an
 anonymous memory file (``memfd``) of the cap's size (``RESHARD_ARENA_BYTES``), sparse, mapped
 once here and, read-only, once by each peer that reads from it (``engines.arena_link``). Pages
-are taken as arrays are written; a freed block is kept for reuse while the free blocks kept
-stay within the most ever alive at once (or 64 MiB), so the arena holds at most twice that;
-beyond it, a freed block's pages go back to the system (``MADV_REMOVE`` punches them out of
-the file). Nothing is named in the file system; only
+are taken as arrays are written; a freed block is kept for reuse while the blocks alive and
+kept stay within the most ever alive at once (or 64 MiB), so after each free the arena holds
+at most that; beyond it, the excess pages go back to the system (``MADV_REMOVE`` punches them
+out of the file). Nothing is named in the file system; only
 processes of the same user that may read this process's ``/proc`` entries can open it.
 
 An array here is an ordinary numpy array (or a CPU torch tensor over one): its block goes back
@@ -127,9 +127,9 @@ class Arena:
 
     def give(self, offset: int) -> None:
         """Take back the block at ``offset``: kept warm (its pages touched, so reusing it faults
-        no page here or in the peers that read it) while the warm ranges stay within the most
-        ever alive at once (or ``KEEP_WARM_BYTES``); past that, the largest warm ranges' pages go
-        back to the system."""
+        no page here or in the peers that read it) while the blocks alive and kept warm stay
+        within the most ever alive at once (or ``KEEP_WARM_BYTES``); past that, the excess goes
+        back to the system from the ends of the largest warm ranges."""
         with self.lock:
             if self.inherited or os.getpid() != self.pid:
                 return
@@ -139,12 +139,20 @@ class Arena:
             self.live -= length
             _insert(self.warm, offset, length)
             self.warm_bytes += length
-            limit = max(self.peak_live, KEEP_WARM_BYTES)
-            while self.warm_bytes > limit:
+            # only the excess goes back, from the largest ranges' ends: the pages held then stay
+            # at the limit from call to call instead of dropping by a whole range and refaulting
+            excess = self.live + self.warm_bytes - max(self.peak_live, KEEP_WARM_BYTES)
+            while excess > 0 and self.warm:
                 largest = max(range(len(self.warm)), key=lambda i: self.warm[i][1])
-                start, size = self.warm.pop(largest)
-                self.warm_bytes -= size
-                self._punch(start, size)
+                start, size = self.warm[largest]
+                cut = min(size, excess)
+                if cut == size:
+                    del self.warm[largest]
+                else:
+                    self.warm[largest] = (start, size - cut)
+                self.warm_bytes -= cut
+                excess -= cut
+                self._punch(start + size - cut, cut)
 
     def _punch(self, offset: int, length: int) -> None:
         """The block's pages back to the system; its range joins the cold free list (merged)."""
