@@ -3,6 +3,7 @@ own: two or three mailboxes over plain arrays in one process, as ranks see each 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,7 +12,10 @@ import pytest
 import torch
 
 import reshard as rs
-from reshard.engines.shm_notes import LINE_WORDS, Mailbox, cores_here, spins_for
+from reshard.engines import shm, shm_notes
+from reshard.engines.arena_link import ArenaLink
+from reshard.engines.shm import BOARD_WORDS, VoteBoard
+from reshard.engines.shm_notes import LINE_WORDS, Mailbox, Poll, cores_here, spins_for
 
 
 def mailboxes(size: int, timeout: float = 5.0, pids: dict | None = None) -> list[Mailbox]:
@@ -75,3 +79,63 @@ def test_a_wait_spins_only_where_every_rank_has_a_core_of_its_own():
     assert spins_for(cores) > 0
     assert spins_for(cores + 1) == 0
     assert mailboxes(cores + 1)[0].spins == 0
+
+
+class _PeerActsDuringPause(Poll):
+    """A wait's pauses, the first of which stands for the moment a peer writes what this rank
+    waits for and then ends or closes: ``act()`` runs there, and the wait looks for gone peers."""
+
+    def __init__(self, act, timeout: float = 30.0) -> None:
+        super().__init__(timeout, 0)
+        self.act = act
+
+    def pause(self) -> bool:
+        if self.act is not None:
+            act, self.act = self.act, None
+            act()
+            return True
+        return super().pause()
+
+
+def _ended_pid() -> int:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    return ended.pid
+
+
+def test_a_peer_that_acknowledged_and_then_ended_is_not_blamed(monkeypatch):
+    a, b = mailboxes(2, timeout=30.0, pids={1: _ended_pid()})
+    a.post(1, 0, 4)
+    into = torch.empty(4, dtype=torch.uint8)
+    reader = outbox_reader({0: torch.arange(8, dtype=torch.uint8)})
+    monkeypatch.setattr(shm_notes, "Poll", lambda timeout, spins: _PeerActsDuringPause(
+        lambda: b.settle([(0, into)], [], reader, "an exchange"), timeout))
+    assert a.settle([], [1], reader, "an exchange") is None
+    assert torch.equal(into, torch.arange(4, dtype=torch.uint8))
+
+
+def test_a_peer_that_voted_and_then_closed_is_not_blamed(monkeypatch):
+    boards = [np.zeros(BOARD_WORDS, dtype=np.int64) for _ in range(2)]
+    mine = VoteBoard(boards[0], {1: boards[1]}, {1: os.getpid()}, 0, 30.0)
+    peer = VoteBoard(boards[1], {0: boards[0]}, {0: os.getpid()}, 1, 30.0)
+
+    def peer_votes_and_returns():
+        peer.start(np.array([7, -2]))
+        peer.close()  # its job returned: it will never vote again
+
+    acts = [lambda: None, peer_votes_and_returns]  # the first wait's pause, then the second's
+    monkeypatch.setattr(shm, "Poll", lambda timeout, spins: _PeerActsDuringPause(acts.pop(), timeout))
+    finish = mine.start(np.array([3, -5]))
+    assert finish().tolist() == [7, -2]
+    # a peer that closed without this vote is still named at once
+    finish = mine.start(np.array([3, -5]))
+    with pytest.raises(rs.RankFailed, match=r"rank\(s\) 1 closed the communicator"):
+        finish()
+
+
+def test_a_peer_that_wrote_its_note_and_then_ended_is_not_blamed_by_a_reader():
+    link = ArenaLink(0, 2, np.zeros(64, dtype=np.int64), {1: np.zeros(64, dtype=np.int64)}, {}, {1: _ended_pid()}, [], 30.0)
+    written = []
+    link._wait(_PeerActsDuringPause(lambda: written.append(1)), {1}, "an exchange", lambda q: bool(written))
+    with pytest.raises(rs.RankFailed, match=r"rank\(s\) 1 gone"):
+        link._wait(_PeerActsDuringPause(lambda: None), {1}, "an exchange", lambda q: False)

@@ -221,7 +221,8 @@ class ArenaLink:
             if not waiting:
                 return
             if poll.pause():
-                dead = sorted(q for q in waiting if not alive(self.pids.get(q)))
+                # a peer that wrote and then ended since it was read is not blamed: read it again
+                dead = sorted(q for q in waiting if not alive(self.pids.get(q)) and not ready(q))
                 if dead:
                     raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone "
                                      "(their process ended)", dict.fromkeys(dead, "its process ended"))

@@ -422,6 +422,13 @@ class VoteBoard:
                 if poll.pause():  # now and then: a peer that ended will never vote
                     dead = sorted(q for q in waiting if not alive(self.pids.get(q)))
                     closed = sorted(q for q in waiting if self._closed(q))
+                    # a peer may have voted and then returned since its slot was read: its vote,
+                    # written before it ended or closed, is read again before it is blamed
+                    for q in {*dead, *closed}:
+                        if waiting[q][at] == seq:
+                            ready.append(waiting.pop(q))
+                    dead = [q for q in dead if q in waiting]
+                    closed = [q for q in closed if q in waiting]
                     if (dead or closed) and noted is not None:
                         noted.extend([_GONE, dead[0]] if dead else [_CLOSED, closed[0]])
                         return ready

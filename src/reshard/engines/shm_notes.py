@@ -126,6 +126,7 @@ class Mailbox:
         failed: str | None = None
         poll = Poll(self.timeout, self.spins)
         me, size, mine = self.rank, self.size, self.mine
+        gone: set[int] = set()  # peers found ended, blamed only if one more look finds them still owing
         while waiting or unacked:
             for peer in list(waiting):
                 board, at = self.peers[peer], me * LINE_WORDS
@@ -147,16 +148,18 @@ class Mailbox:
                     if board[at + 1]:
                         failed = failed or f"rank {peer} could not read this rank's message"
             if waiting or unacked:
+                owing = set(waiting) | unacked
+                if gone & owing:  # ended, and its lines read again after that: nothing more will come
+                    self._raise_gone(what, sorted(gone & owing))
                 if poll.pause():
-                    self._raise_if_gone(what, set(waiting) | unacked)
+                    gone = {q for q in owing if not alive(self.pids.get(q))}
                 if poll.expired():
                     raise CommTimeout(f"rank {me}: {what}: waited more than {self.timeout:g} s for rank(s) "
                                       f"{', '.join(map(str, sorted(set(waiting) | unacked)))} "
                                       "(a rank never reached this collective)")
         return failed
 
-    def _raise_if_gone(self, what: str, peers: set[int]) -> None:
-        dead = sorted(q for q in peers if not alive(self.pids.get(q)))
+    def _raise_gone(self, what: str, dead: list[int]) -> None:
         if dead:
             raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone (their process ended)",
                              dict.fromkeys(dead, "its process ended"))
