@@ -155,11 +155,10 @@ class Mailbox:
                     gone = {q for q in owing if not alive(self.pids.get(q))}
                 if poll.expired():
                     raise CommTimeout(f"rank {me}: {what}: waited more than {self.timeout:g} s for rank(s) "
-                                      f"{', '.join(map(str, sorted(set(waiting) | unacked)))} "
+                                      f"{', '.join(map(str, sorted(owing)))} "
                                       "(a rank never reached this collective)")
         return failed
 
     def _raise_gone(self, what: str, dead: list[int]) -> None:
-        if dead:
-            raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone (their process ended)",
-                             dict.fromkeys(dead, "its process ended"))
+        raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone (their process ended)",
+                         dict.fromkeys(dead, "its process ended"))
