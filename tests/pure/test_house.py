@@ -14,7 +14,7 @@ MAX_LINES = 500
 
 # Lower layers never import higher ones; a module may import its own layer only where listed.
 LAYERS = [
-    ["errors", "version"],
+    ["errors", "version", "engines.shared_pages"],
     ["planning.placements", "messages", "settings"],
     ["planning.spec"],
     ["planning.layout"],

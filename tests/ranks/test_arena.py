@@ -44,6 +44,7 @@ def test_blocks_are_reused_and_returned_to_the_system(monkeypatch):
     monkeypatch.setattr(arena_mod, "KEEP_WARM_BYTES", 1 << 20)
     arena = arena_mod.Arena(cap=512 << 20)
     mib = 1 << 20
+    head = _file_pages(arena.fd) * mmap.PAGESIZE  # the token's page (a huge one where the kernel gives them)
 
     def block(n, value):
         a = arena.array((n * mib,), np.uint8)
@@ -57,7 +58,7 @@ def test_blocks_are_reused_and_returned_to_the_system(monkeypatch):
         assert again == first
         del b
         c, inside = block(24, 3)  # a shorter one fits in the warm block too
-        assert inside == first and arena.top == arena_mod.HEAD_BYTES + 32 * mib
+        assert first % arena_mod.HUGE == 0 and inside == first and arena.top == first + 32 * mib
         del c
         # 32 + 32 + 8 alive at once (the most ever); then the 32s freed: 64 MiB warm, in two ranges
         a, _ = block(32, 4)
@@ -70,7 +71,7 @@ def test_blocks_are_reused_and_returned_to_the_system(monkeypatch):
         # warm 104 MiB > the most alive at once (72): the largest range's pages went back
         assert arena.warm_bytes == 64 * mib
         held = _file_pages(arena.fd) * mmap.PAGESIZE
-        assert 72 * mib <= held <= 72 * mib + arena_mod.HEAD_BYTES, held
+        assert held - head == 72 * mib, (held - head) / mib
         e, reused = block(40, 8)  # the returned range is free for reuse
         assert reused == fresh
         del e, b
@@ -83,6 +84,7 @@ def test_pages_held_after_a_free_stay_at_the_most_alive_at_once(monkeypatch):
     monkeypatch.setattr(arena_mod, "KEEP_WARM_BYTES", 1 << 20)
     arena = arena_mod.Arena(cap=512 << 20)
     mib = 1 << 20
+    head = _file_pages(arena.fd) * mmap.PAGESIZE  # the token's page (a huge one where the kernel gives them)
 
     def block(n):
         a = arena.array((n * mib,), np.uint8)
@@ -94,13 +96,40 @@ def test_pages_held_after_a_free_stay_at_the_most_alive_at_once(monkeypatch):
         del a, b  # 64 MiB warm around s
         x = block(48)  # fits no warm range: fresh pages; 48 alive + 64 warm + s's 8 are held
         del s  # the warm ranges merge into one of 72 MiB
-        held = _file_pages(arena.fd) * mmap.PAGESIZE - arena_mod.HEAD_BYTES
+        held = _file_pages(arena.fd) * mmap.PAGESIZE - head
         # only the excess over the most alive at once went back (a part of the merged range),
         # neither nothing (120 MiB held) nor the whole range (48 MiB held, refaulted on reuse)
         assert held == 72 * mib, held / mib
         assert arena.live + arena.warm_bytes == 72 * mib
         del x
-        assert _file_pages(arena.fd) * mmap.PAGESIZE - arena_mod.HEAD_BYTES == 72 * mib
+        assert _file_pages(arena.fd) * mmap.PAGESIZE - head == 72 * mib
+    finally:
+        arena.map.close()
+        os.close(arena.fd)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 12 << 20)), min_size=1, max_size=40))
+def test_blocks_of_a_huge_page_or_more_start_on_one_and_never_overlap(steps):
+    """Random takes and frees (True: take a block of that many bytes; False: free the oldest)."""
+    arena = arena_mod.Arena(cap=256 << 20)
+    live: dict[int, int] = {}  # offset -> bytes asked for
+    try:
+        for take, nbytes in steps:
+            if not take and live:
+                arena.give(next(iter(live)))
+                del live[next(iter(live))]
+                continue
+            offset = arena.take(nbytes)
+            if offset is None:  # past the cap
+                continue
+            assert offset >= arena_mod.HEAD_BYTES and offset + nbytes <= arena.cap
+            if nbytes >= arena_mod.HUGE:
+                assert offset % arena_mod.HUGE == 0, (offset, nbytes)
+            for other, other_bytes in live.items():
+                assert offset + nbytes <= other or other + other_bytes <= offset, (offset, nbytes, other)
+            live[offset] = nbytes
+        assert arena.live >= sum(live.values())
     finally:
         arena.map.close()
         os.close(arena.fd)

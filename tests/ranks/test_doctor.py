@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import mpi4py
 import numpy
@@ -116,6 +117,16 @@ def test_the_shared_arena_is_tried_and_its_settings_shown():
     from reshard.engines import arena as arena_mod
 
     if arena_mod.why_not() is None:
-        assert report["shared_arena"] == {"available": True, "why": None, "cap_bytes": 1048576, "min_bytes": 4096}
+        arena = report["shared_arena"]
+        huge = {"huge_pages": arena.pop("huge_pages"), "why": arena.pop("huge_pages_why")}
+        assert arena == {"available": True, "why": None, "cap_bytes": 1048576, "min_bytes": 4096}
+        # the kernel's own setting, read here: its bracketed choice is named, and "never" means none
+        setting = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        if setting.exists() and "[inherit]" in Path(setting.parent, "hugepages-2048kB/shmem_enabled").read_text():
+            choice = setting.read_text().split("[")[1].split("]")[0]
+            assert huge["why"] == f"shmem_enabled is {choice}"
+            assert huge["huge_pages"] == (choice not in ("never", "deny"))
+        text = doctor("--no-color", env={"COLUMNS": "200"}).stdout
+        assert "huge pages" in text and ("yes, for the arena" in text) == huge["huge_pages"], text
     code, report = doctor_json(env={"RESHARD_ARENA": "0"})
     assert report["shared_arena"] == {"available": False, "why": "RESHARD_ARENA=0 turns it off"}

@@ -33,11 +33,15 @@ from typing import Any
 import numpy as np
 
 from .. import settings
+from .shared_pages import map_file
 
 PAGE = mmap.PAGESIZE
 HEAD_BYTES = PAGE  # the file's first page: its token (who may read it), never an array
 TOKEN_BYTES = 16
 KEEP_WARM_BYTES = 64 << 20  # free blocks kept touched (no page faults on reuse) at least up to this
+# a block of a huge page or more starts on one and fills whole ones, so where the kernel gives
+# shared memory huge pages (``shared_pages``) no two blocks share one and a block's pages go back whole
+HUGE = 2 << 20
 _ALIGN = 64
 
 
@@ -84,7 +88,7 @@ class Arena:
         self.cap = max(-(-cap // PAGE) * PAGE, HEAD_BYTES + PAGE)
         self.fd = os.memfd_create("reshard-arena", os.MFD_CLOEXEC)
         os.ftruncate(self.fd, self.cap)  # sparse: no page is taken until written
-        self.map = mmap.mmap(self.fd, self.cap, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.map = map_file(self.fd, self.cap, writable=True)
         self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
         self.token = os.urandom(TOKEN_BYTES)
         self.map[:TOKEN_BYTES] = self.token
@@ -104,21 +108,27 @@ class Arena:
     # -- blocks ----------------------------------------------------------------------------
 
     def take(self, nbytes: int) -> int | None:
-        """The offset of a free block of at least ``nbytes`` (whole pages), or None past the cap:
-        the best-fitting warm range first (no page to fault), then a returned one, then fresh space."""
+        """The offset of a free block of at least ``nbytes`` (whole pages; whole huge pages from
+        one huge page up, starting on one), or None past the cap: the best-fitting warm range
+        first (no page to fault), then a returned one, then fresh space."""
         length = max(-(-nbytes // PAGE) * PAGE, PAGE)
+        align = HUGE if length >= HUGE else PAGE
+        length = -(-length // align) * align
         with self.lock:
             if self.inherited:
                 return None
-            offset = _best_fit(self.warm, length)
+            offset = _best_fit(self.warm, length, align)
             if offset is not None:
                 self.warm_bytes -= length
             else:
-                offset = _best_fit(self.cold, length)
+                offset = _best_fit(self.cold, length, align)
                 if offset is None:
-                    if self.top + length > self.cap:
+                    start = -(-self.top // align) * align
+                    if start + length > self.cap:
                         return None
-                    offset, self.top = self.top, self.top + length
+                    if start > self.top:  # the space skipped to reach a huge page: free, never touched
+                        _insert(self.cold, self.top, start - self.top)
+                    offset, self.top = start, start + length
                     self.touched_peak = max(self.touched_peak, self.top)
             self.blocks[offset] = length
             self.live += length
@@ -206,23 +216,24 @@ class Arena:
             libc.mprotect(ctypes.c_void_p(self.base), ctypes.c_size_t(self.cap), mmap.PROT_READ)
 
 
-def _best_fit(ranges: list[tuple[int, int]], length: int) -> int | None:
-    """Take ``length`` bytes from the smallest of ``ranges`` (sorted free (offset, length)) that
-    holds them; its offset, or None where none does."""
+def _best_fit(ranges: list[tuple[int, int]], length: int, align: int = PAGE) -> int | None:
+    """Take ``length`` bytes starting on a multiple of ``align`` from the smallest of ``ranges``
+    (sorted free (offset, length)) that holds them; their offset, or None where none does. What
+    the range keeps before and after them stays in ``ranges``."""
     best = None
-    for i, (_, size) in enumerate(ranges):
-        if size >= length and (best is None or size < ranges[best][1]):
+    for i, (offset, size) in enumerate(ranges):
+        skip = -offset % align
+        if size - skip >= length and (best is None or size < ranges[best][1]):
             best = i
             if size == length:
                 break
     if best is None:
         return None
     offset, size = ranges[best]
-    if size == length:
-        del ranges[best]
-    else:
-        ranges[best] = (offset + length, size - length)
-    return offset
+    start = offset + (-offset % align)
+    kept = [(offset, start - offset), (start + length, offset + size - start - length)]
+    ranges[best : best + 1] = [(o, n) for o, n in kept if n > 0]
+    return start
 
 
 def _insert(ranges: list[tuple[int, int]], offset: int, length: int) -> None:

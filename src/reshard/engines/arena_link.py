@@ -26,6 +26,7 @@ import numpy as np
 from .. import settings
 from ..errors import CommTimeout, MismatchError, RankFailed, ReshardError
 from . import arena as arena_mod
+from .shared_pages import map_file
 from .shm import enabled_here, host_key, open_peer_file
 from .shm_notes import LINE_WORDS, Poll, alive, spins_for, usable_here
 
@@ -119,7 +120,7 @@ class ArenaLink:
             try:
                 size = os.fstat(self.arena_fds[peer]).st_size
                 view = self.views[peer] = np.frombuffer(
-                    mmap.mmap(self.arena_fds[peer], size, mmap.MAP_SHARED, mmap.PROT_READ), dtype=np.uint8)
+                    map_file(self.arena_fds[peer], size, writable=False), dtype=np.uint8)
             except OSError as exc:
                 return f"mapping its arena failed ({exc.strerror})"
         if offset < 0 or offset + nbytes > view.size:

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import settings
 from ..errors import CommTimeout, RankFailed
+from .shared_pages import map_file
 from .shm_notes import Mailbox, Poll, alive, spins_for, usable_here
 
 _ALIGN = 64  # every message starts on a cache line
@@ -105,7 +106,7 @@ class Outbox:
         size = max(need, 2 * self.capacity)
         size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
         os.ftruncate(self.fd, size)
-        mapped = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        mapped = map_file(self.fd, size, writable=True)
         tensor = self._torch.frombuffer(mapped, dtype=self._torch.uint8)
         self.maps.append((tensor.data_ptr(), size, tensor))
         self.capacity = size
@@ -225,7 +226,7 @@ class LocalPeers:
                 if offset + n > size:
                     return f"its shared memory holds {size} bytes, not the {n} at offset {offset}"
                 # mapped once and kept: a read is then a plain copy, with no page faults
-                area = mmap.mmap(self.peer_fds[peer], size, mmap.MAP_SHARED, mmap.PROT_READ)
+                area = map_file(self.peer_fds[peer], size, writable=False)
             except OSError as exc:
                 return f"mapping its shared memory failed ({exc.strerror})"
             mapped = self.views[peer] = np.frombuffer(area, dtype=np.uint8)

@@ -147,6 +147,7 @@ def shared_arena() -> dict[str, Any]:
     import numpy as np
 
     from ..engines import arena as arena_mod
+    from ..engines.shared_pages import huge_pages_allowed
     from ..engines.shm_notes import usable_here
 
     try:
@@ -182,8 +183,9 @@ def shared_arena() -> dict[str, Any]:
         os.close(trial_arena.fd)
     if not readable:
         return {"available": False, "why": "the arena read back different bytes through /proc"}
+    huge, setting = huge_pages_allowed()
     return {"available": True, "why": None, "cap_bytes": cap if cap is not None else arena_mod.default_cap(),
-            "min_bytes": smallest}
+            "min_bytes": smallest, "huge_pages": huge, "huge_pages_why": setting}
 
 
 def launcher() -> dict[str, Any]:
@@ -336,6 +338,9 @@ def _render(console: Any, report: dict[str, Any]) -> None:
          else f"no: {shm['why']}"),
         ("shared arena", f"yes: results of {arena['min_bytes']:,} B per rank and up, peers read them in place "
          f"(cap {arena['cap_bytes']:,} B)" if arena["available"] else f"no: {arena['why']}"),
+        *([("huge pages", f"yes, for the arena and outboxes ({arena['huge_pages_why']})" if arena["huge_pages"]
+            else f"no: {arena['huge_pages_why']} (as root: echo advise > "
+                 "/sys/kernel/mm/transparent_hugepage/shmem_enabled)")] if arena["available"] else []),
         ("launcher", launch["name"] + (f" (rank {launch['rank']} of {launch['size']})" if "size" in launch else "")),
         ("Korean font", font["font"] if font["found"] else f"no: {font['why']}"),
     ])
