@@ -111,14 +111,18 @@ def test_pages_held_after_a_free_stay_at_the_most_alive_at_once(monkeypatch):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 12 << 20)), min_size=1, max_size=40))
 def test_blocks_of_a_huge_page_or_more_start_on_one_and_never_overlap(steps):
-    """Random takes and frees (True: take a block of that many bytes; False: free the oldest)."""
+    """Random takes and frees (True: take a block of that many bytes; False: free the oldest);
+    every live block is found where it lies, a freed one no longer."""
     arena = arena_mod.Arena(cap=256 << 20)
     live: dict[int, int] = {}  # offset -> bytes asked for
     try:
         for take, nbytes in steps:
             if not take and live:
-                arena.give(next(iter(live)))
-                del live[next(iter(live))]
+                freed = next(iter(live))
+                arena.give(freed)
+                assert arena.where(arena.base + freed, live.pop(freed)) is None
+                for offset, size in live.items():
+                    assert arena.where(arena.base + offset, size) == offset
                 continue
             offset = arena.take(nbytes)
             if offset is None:  # past the cap

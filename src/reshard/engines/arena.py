@@ -100,6 +100,7 @@ class Arena:
         self.warm: list[tuple[int, int]] = []  # free (offset, length) whose pages are kept, sorted, merged
         self.warm_bytes = 0
         self.blocks: dict[int, int] = {}  # offset -> length of every block handed out
+        self.starts: list[int] = []  # the offsets of ``blocks``, sorted: ``where`` bisects them
         self.live = 0  # bytes of the blocks handed out
         self.peak_live = 0
         self.touched_peak = 0  # the furthest ``top`` went: the file's largest size in use
@@ -131,6 +132,7 @@ class Arena:
                     offset, self.top = start, start + length
                     self.touched_peak = max(self.touched_peak, self.top)
             self.blocks[offset] = length
+            bisect.insort(self.starts, offset)
             self.live += length
             self.peak_live = max(self.peak_live, self.live)
             return offset
@@ -146,6 +148,7 @@ class Arena:
             length = self.blocks.pop(offset, None)
             if length is None:
                 return
+            del self.starts[bisect.bisect_left(self.starts, offset)]
             self.live -= length
             _insert(self.warm, offset, length)
             self.warm_bytes += length
@@ -193,9 +196,9 @@ class Arena:
         if offset < HEAD_BYTES or offset + nbytes > self.top or self.inherited:
             return None
         with self.lock:
-            keys = sorted(self.blocks)
-            i = bisect.bisect_right(keys, offset) - 1
-            if i < 0 or offset + nbytes > keys[i] + self.blocks[keys[i]]:
+            starts = self.starts
+            i = bisect.bisect_right(starts, offset) - 1
+            if i < 0 or offset + nbytes > starts[i] + self.blocks[starts[i]]:
                 return None
         return offset
 
