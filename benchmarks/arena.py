@@ -2,7 +2,7 @@
 all-to-all.
 
     python benchmarks/arena.py [--engine gloo|mpi|both] [--ranks 2,3,4] [--mib 16,64]
-                               [--runs 5] [--calls 8] [--json FILE]
+                               [--runs 5] [--calls 8] [--warm 0] [--json FILE]
 
 Per rank, a float32 shard of ``--mib`` MiB, S(0) -> S(1), check on, the calls written as users
 write them (new placement objects every call), every form warmed up first. Forms, interleaved
@@ -20,7 +20,10 @@ within each run (a barrier before each form's calls, so every rank runs it at on
   first input ordinary memory (no ``rs.empty`` in user code); the time of calls 2 to 10.
 
 Each run keeps the median of each form's calls on the slowest rank; every run is shown, then
-the median of the runs and the ratios the targets name.
+the median of the runs and the ratios the targets name. ``--warm N``: N untimed calls of each
+form before its timed ones in every run (``back and forth``: N untimed chains), so the medians
+are of calls in steady state; on a machine whose memory takes a few calls to come back to speed
+for a new working set, the first calls of a form after the others are slower, the floor's too.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy as np
 import reshard as rs
 
 
-def job(comm, engine, mib, runs, calls):
+def job(comm, engine, mib, runs, calls, warm):
     size, rank = comm.size, comm.rank
     cols = 1024 * size
     rows = (mib << 20) // 4 // cols
@@ -98,6 +101,8 @@ def job(comm, engine, mib, runs, calls):
     for _ in range(runs):
         for name, form in forms.items():
             comm.barrier()
+            for _ in range(warm):
+                form()
             took = []
             for _ in range(calls):
                 start = time.perf_counter()
@@ -105,12 +110,14 @@ def job(comm, engine, mib, runs, calls):
                 took.append(time.perf_counter() - start)
             times[name].append(statistics.median(took))
         comm.barrier()
+        for _ in range(warm):
+            back_and_forth()
         times["back and forth"].append(statistics.median(back_and_forth()))
     return times
 
 
-def measure(engine: str, ranks: int, mib: int, runs: int, calls: int) -> dict:
-    per_rank = rs.spawn(job, world_size=ranks, engine=engine, args=(engine, mib, runs, calls), timeout=1800)
+def measure(engine: str, ranks: int, mib: int, runs: int, calls: int, warm: int = 0) -> dict:
+    per_rank = rs.spawn(job, world_size=ranks, engine=engine, args=(engine, mib, runs, calls, warm), timeout=1800)
     forms = list(per_rank[0])
     slowest = {name: [max(r[name][k] for r in per_rank) for k in range(runs)] for name in forms}
     med = {name: statistics.median(v) for name, v in slowest.items()}
@@ -129,13 +136,14 @@ def main() -> None:
     parser.add_argument("--mib", default="16,64")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--calls", type=int, default=8)
+    parser.add_argument("--warm", type=int, default=0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     results = []
     for engine in (("gloo", "mpi") if args.engine == "both" else (args.engine,)):
         for mib in (int(m) for m in args.mib.split(",")):
             for ranks in (int(r) for r in args.ranks.split(",")):
-                res = measure(engine, ranks, mib, args.runs, args.calls)
+                res = measure(engine, ranks, mib, args.runs, args.calls, args.warm)
                 results.append(res)
                 print(f"{engine}, {ranks} ranks, {mib} MiB per rank, S(0) -> S(1), check on "
                       "(slowest rank's median of each run, ms)")

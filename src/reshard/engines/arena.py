@@ -22,6 +22,7 @@ import bisect
 import contextlib
 import contextvars
 import ctypes
+import math
 import mmap
 import os
 import threading
@@ -182,7 +183,7 @@ class Arena:
         past the cap."""
         dtype = np.dtype(dtype)
         shape = tuple(int(s) for s in shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         offset = self.take(nbytes)
         if offset is None:
             return None
