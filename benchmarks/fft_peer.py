@@ -2,7 +2,7 @@
 
     apt-get install libfftw3-dev          # FFTW's headers, which mpi4py-fft's build needs
     .venv/bin/python -m pip install --no-deps --target benchmarks/.peers mpi4py-fft==2.0.6
-    PYTHONPATH=benchmarks/.peers .venv/bin/python benchmarks/fft_peer.py [--n 128] [--repeats 15]
+    PYTHONPATH=benchmarks/.peers .venv/bin/python benchmarks/fft_peer.py [--n 128] [--repeats 15] [--warm 0]
 
 mpi4py-fft is the peer: it lives in that folder only, never in reshard's dependencies. On 4 MPI
 ranks, an n^3 complex128 array, numpy's FFT on both sides: a slab (reshard's 1x4 mesh against
@@ -20,7 +20,11 @@ copy made once took 1.26-1.33x its time on its own array), and the jobs run in a
 repetition (the same on every rank), so no job always follows the heavy forward + backward ones.
 Each transpose is also timed with reshard's input in the shared arena (a copy made once), as
 it lies within reshard's FFT, where the local transform writes its result there and the
-transpose's peers read it in place.
+transpose's peers read it in place. Beside each transpose, its floor: each rank's input copied
+once into a touched array of its size, timed as the others (the slowest rank's own time), the
+least an exchange that moves each byte once could take. ``--warm N`` runs each job N times
+untimed just before each timed call (steady state); by default each timed call follows other
+jobs, as a transpose follows the local transforms within an FFT.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def timed(comm, fn) -> float:
     return slowest(comm, time.perf_counter() - started)
 
 
-def case(comm, name: str, mesh_shape: tuple, src: str, slab: bool, n: int, repeats: int) -> dict:
+def case(comm, name: str, mesh_shape: tuple, src: str, slab: bool, n: int, repeats: int, warm: int = 0) -> dict:
     from mpi4py_fft import PFFT
 
     full = np.random.default_rng(0).standard_normal((n, n, n)) + 1j * np.random.default_rng(1).standard_normal((n, n, n))
@@ -90,7 +94,7 @@ def case(comm, name: str, mesh_shape: tuple, src: str, slab: bool, n: int, repea
     real = [i for i, t in enumerate(theirs.transfer) if tuple(t.subshapeA) != tuple(t.subshapeB)]
     if len(real) != len(moves):
         raise SystemExit(f"{name}: mpi4py-fft moves data {len(real)} times, reshard {len(moves)}")
-    transposes = []
+    transposes, floors = [], []
     for (a, b), i in zip(moves, real):
         t = theirs.transfer[i]
         # Both libraries read the same input array (mpi4py-fft's own), so neither gains from where
@@ -102,6 +106,11 @@ def case(comm, name: str, mesh_shape: tuple, src: str, slab: bool, n: int, repea
             if arr.shape != tuple(q - p for p, q in reg) or not arr.flags.c_contiguous:
                 raise SystemExit(f"{name}: rank {comm.rank} holds {arr.shape} as mpi4py-fft, {reg} as reshard")
         k = len(transposes) // 6 + 1
+        # the floor: each rank's input copied once into a touched array of its size, every rank
+        # at once (what an exchange that moves each byte once cannot beat)
+        landing = np.empty_like(arr_a)
+        landing[...] = 0
+        floors.append((f"floor {k}", lambda src=arr_a, dst=landing: np.copyto(dst, src)))
         # Within reshard's FFT a transpose's input is the local transform's result, which lies in
         # the shared arena (its peers read it in place): the same values, copied there once
         in_a, in_b = rs.empty_like(arr_a), rs.empty_like(arr_b)
@@ -132,6 +141,7 @@ def case(comm, name: str, mesh_shape: tuple, src: str, slab: bool, n: int, repea
     for what, ours, peer in transposes:
         jobs += [(f"reshard {what}", ours),
                  (f"mpi4py-fft {what.removesuffix(', check off').removesuffix(', input in the arena')}", peer)]
+    jobs += floors
     samples: dict[str, list[float]] = {key: [] for key, _ in jobs}  # in the table's order
     for fn in dict(jobs).values():  # warm: plans, datatypes and buffers made once
         fn()
@@ -139,6 +149,8 @@ def case(comm, name: str, mesh_shape: tuple, src: str, slab: bool, n: int, repea
         order = list(jobs)
         random.Random(rep).shuffle(order)
         for key, fn in order:
+            for _ in range(warm):  # steady state: the job's own untimed calls just before
+                fn()
             samples[key].append(timed(comm, fn))
     y = rs.fft.fftn(x, mesh, src_pl)
     want = reference[tuple(slice(a, b) for a, b in rs.layout.mesh_region(shape, out_layout, mesh.coord, mesh.shape))]
@@ -159,36 +171,46 @@ def case(comm, name: str, mesh_shape: tuple, src: str, slab: bool, n: int, repea
     between = float(np.abs(both[0] - both[1]).max()) / scale
     return {"case": name, "ms": {k: statistics.median(v) * 1e3 for k, v in samples.items()},
             "reshard_error": float(errs[0]), "mpi4py_fft_error": float(errs[1]), "between": between,
-            "repeats": repeats}
+            "repeats": repeats, "warm": warm}
 
 
-def job(comm, n: int, repeats: int) -> list[dict]:
-    return [case(comm, "slab 1x4", (1, 4), "R,S(0)", True, n, repeats),
-            case(comm, "pencil 2x2", (2, 2), "S(0),S(1)", False, n, repeats)]
+def job(comm, n: int, repeats: int, warm: int) -> list[dict]:
+    return [case(comm, "slab 1x4", (1, 4), "R,S(0)", True, n, repeats, warm),
+            case(comm, "pencil 2x2", (2, 2), "S(0),S(1)", False, n, repeats, warm)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--warm", type=int, default=0,
+                        help="untimed calls of each job just before each timed one (steady state; 0: each timed call "
+                             "follows other jobs)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
-    rows = rs.spawn(job, 4, engine="mpi", args=(args.n, args.repeats), timeout=1800)[0]
-    print(f"4 MPI ranks, {args.n}^3 complex128, numpy backend, median of {args.repeats} interleaved repetitions "
+    rows = rs.spawn(job, 4, engine="mpi", args=(args.n, args.repeats, args.warm), timeout=1800)[0]
+    print(f"4 MPI ranks, {args.n}^3 complex128, numpy backend, median of {args.repeats} interleaved repetitions"
+          f"{f', each after {args.warm} untimed calls of its own' if args.warm else ''} "
           f"(slowest rank):\n")
-    print("| case | what | mpi4py-fft (ms) | reshard (ms) | reshard / mpi4py-fft |")
-    print("|---|---|---|---|---|")
+    print("The floor of a transpose: each rank's input copied once into a touched array of its size (the slowest "
+          "rank's own time).\n")
+    print("| case | what | mpi4py-fft (ms) | reshard (ms) | reshard / mpi4py-fft | mpi4py-fft / floor | reshard / floor |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         ms = row["ms"]
-        print(f"| {row['case']} | numpy in one process, forward + inverse | | {ms['numpy, one process']:.1f} | |")
+        print(f"| {row['case']} | numpy in one process, forward + inverse | | {ms['numpy, one process']:.1f} | | | |")
         for what in [k.removeprefix("reshard ") for k in ms if k.startswith("reshard ")]:
             peer = what.removesuffix(", check off").removesuffix(", input in the arena")
             theirs, ours = ms[f"mpi4py-fft {peer}"], ms[f"reshard {what}"]
-            print(f"| {row['case']} | {what} | {theirs:.1f} | {ours:.1f} | {ours / theirs:.2f}x |")
+            floor = ms.get(f"floor {peer.split()[1]}") if peer.startswith("transpose ") else None
+            over = f"{theirs / floor:.2f}x | {ours / floor:.2f}x" if floor else " | "
+            print(f"| {row['case']} | {what} | {theirs:.1f} | {ours:.1f} | {ours / theirs:.2f}x | {over} |")
+        for key in [k for k in ms if k.startswith("floor ")]:
+            print(f"| {row['case']} | the floor of transpose {key.split()[1]} | | {ms[key]:.1f} | | | |")
         print(f"| {row['case']} | largest error against numpy, over its largest value | "
-              f"{row['mpi4py_fft_error']:.1e} | {row['reshard_error']:.1e} | |")
+              f"{row['mpi4py_fft_error']:.1e} | {row['reshard_error']:.1e} | | | |")
         print(f"| {row['case']} | largest difference between the two transforms, over the largest value | | | "
-              f"{row['between']:.1e} |")
+              f"{row['between']:.1e} | | |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
