@@ -1,6 +1,7 @@
-"""The two-level combine's sums (``reshard.moe.sums``): the in-place form (torch's row ops, on
-tensors and on numpy rows) against the plain numpy form and against a loop over the pairs in
-slot order, bit for bit."""
+"""Combine's sums (``reshard.moe.sums``): the flat path's sum of each token's slots, a block of
+tokens at a time, against a loop over the tokens; the two-level path's in-place form (torch's
+row ops, on tensors and on numpy rows) against the plain numpy form and against a loop over the
+pairs in slot order; bit for bit."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reshard.moe.sums import host_sums, sum_over_hosts
+from reshard.moe.sums import CHUNK_BYTES, host_sums, sum_over_hosts, sum_slots
 
 
 def _pairs(rng: np.random.Generator, held: int, top_k: int) -> np.ndarray:
@@ -90,3 +91,53 @@ def test_sum_over_hosts_adds_each_tokens_rows_in_host_order(seed, tokens, hosts,
     for got in (sum_over_hosts(blocks(back), tokens), sum_over_hosts(blocks(plain), tokens),
                 sum_over_hosts(blocks(torch.from_numpy(back.copy())), tokens).numpy()):
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def _token_loop(slots: np.ndarray, weights: np.ndarray, kept: np.ndarray, torch_ops: bool = False) -> np.ndarray:
+    """The oracle of ``sum_slots``: token by token, ``s * y_0 + sum_{j>0} w_j * (y_j - y_0)``
+    with ``w_j`` the weight of a kept slot (0 for a dropped one) and ``s`` their sum, taken as
+    exactly one within ``4 k`` ulps of one. ``torch_ops``: each product and sum by torch's own
+    operations on one token's row (``addcmul`` rounds once where the CPU fuses it, and torch
+    multiplies complex numbers its own way), as tensors are summed."""
+    top_k = slots.shape[1]
+    out = np.empty((slots.shape[0], *slots.shape[2:]), dtype=slots.dtype)
+    eps = np.finfo(slots.dtype).eps
+    for t in range(slots.shape[0]):
+        w = (weights[t] * kept[t]).astype(slots.dtype)
+        total = w.sum()
+        if torch_ops:  # torch adds the weights in its own order too
+            tw = torch.from_numpy(weights[t]).to(torch.from_numpy(slots[:0]).dtype)
+            tw = tw * torch.from_numpy(kept[t]).to(tw.dtype)
+            w, total = tw.numpy(), tw.sum().numpy()
+        if abs(total - 1) <= 4 * top_k * eps:
+            total = slots.dtype.type(1)
+        if torch_ops:
+            first = torch.from_numpy(slots[t, 0])
+            row = torch.mul(first, torch.tensor(total))
+            for j in range(1, top_k):
+                row = row.addcmul(torch.sub(torch.from_numpy(slots[t, j]), first), torch.tensor(w[j]))
+            out[t] = row.numpy()
+            continue
+        row = slots[t, 0] * total
+        for j in range(1, top_k):
+            row = row + (slots[t, j] - slots[t, 0]) * w[j]
+        out[t] = row
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 300), st.integers(2, 4), st.sampled_from([(1024,), (1500,), (7, 300)]),
+       st.sampled_from(["float32", "float64", "complex64"]))
+def test_the_slots_summed_a_block_of_tokens_at_a_time_equal_a_loop_over_the_tokens(seed, tokens, top_k, trail,
+                                                                                    dtype):
+    rng = np.random.default_rng(seed)
+    slots = rng.standard_normal((tokens, top_k, *trail)).astype(dtype)
+    weights = rng.random((tokens, top_k)).astype(np.float32)
+    weights[: tokens // 3] /= weights[: tokens // 3].sum(axis=1, keepdims=True)  # some sum to one (within ulps)
+    kept = rng.random((tokens, top_k)) < 0.9
+    row_bytes = slots.itemsize * int(np.prod(trail))
+    assert CHUNK_BYTES // row_bytes < 300  # the larger cases span several blocks, the last one partial
+    for got, want in ((sum_slots(slots, weights, kept), _token_loop(slots, weights, kept)),
+                      (sum_slots(torch.from_numpy(slots), torch.from_numpy(weights), kept).numpy(),
+                       _token_loop(slots, weights, kept, torch_ops=True))):
+        assert got.dtype == slots.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -76,10 +76,16 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
                 out = torch.addcmul(out, slots[:, j] - base, w[:, j].reshape(num_tokens, *ones))
             return out
         # the backend's buffer: memory the heap freed, where a fresh product page-faults each call
-        out = torch.mul(base, scale, out=array_backend("torch").empty(base.shape, like=base))
-        diff = array_backend("torch").empty(base.shape, like=base)
-        for j in range(1, top_k):  # in place: the same operations, no fresh buffers
-            out.addcmul_(torch.sub(slots[:, j], base, out=diff), w[:, j].reshape(num_tokens, *ones))
+        out = array_backend("torch").empty(base.shape, like=base)
+        rows = _chunk_rows(base)
+        diff = array_backend("torch").empty((min(rows, num_tokens), *base.shape[1:]), like=base)
+        weight = w.reshape(num_tokens, top_k, *ones)
+        for a in range(0, num_tokens, rows):  # in place, a cache-sized block of tokens at a time
+            b = min(num_tokens, a + rows)
+            part, first, d = out[a:b], base[a:b], diff[: b - a]
+            torch.mul(first, scale[a:b], out=part)
+            for j in range(1, top_k):
+                part.addcmul_(torch.sub(slots[a:b, j], first, out=d), weight[a:b, j])
         return out
     w = np.ones((num_tokens, top_k)) if weights is None else np.asarray(weights).reshape(num_tokens, top_k)
     w = (w * kept).astype(slots.dtype)
@@ -87,13 +93,32 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
     eps = np.finfo(slots.dtype).eps
     total = np.where(np.abs(total - 1) <= 4 * top_k * eps, np.ones_like(total), total)
     base = slots[:, 0]
-    out = base * total.reshape(num_tokens, *ones)
-    diff = np.empty_like(base) if top_k > 1 else None
-    for j in range(1, top_k):  # in place: the same operations as (y_j - y_0) * w_j, no fresh buffers
-        np.subtract(slots[:, j], base, out=diff)
-        diff *= w[:, j].reshape(num_tokens, *ones)
-        out += diff
+    scale, weight = total.reshape(num_tokens, *ones), w.reshape(num_tokens, top_k, *ones)
+    out = np.empty(base.shape, dtype=np.result_type(base, scale))
+    rows = _chunk_rows(base)
+    diff = np.empty((min(rows, num_tokens), *base.shape[1:]), dtype=out.dtype) if top_k > 1 else None
+    for a in range(0, num_tokens, rows):  # a cache-sized block of tokens at a time: each pass reads it from cache
+        b = min(num_tokens, a + rows)
+        part, first = out[a:b], base[a:b]
+        np.multiply(first, scale[a:b], out=part)
+        for j in range(1, top_k):  # in place: the same operations as (y_j - y_0) * w_j, no fresh buffers
+            d = diff[: b - a]
+            np.subtract(slots[a:b, j], first, out=d)
+            d *= weight[a:b, j]
+            part += d
     return out
+
+
+CHUNK_BYTES = 256 << 10  # a block of tokens whose rows, and the passes over them, stay in the core's cache
+
+
+def _chunk_rows(rows: Array) -> int:
+    """How many tokens' rows of ``rows`` (``[tokens, ...]``) make one cache-sized block (at least one)."""
+    itemsize = rows.element_size() if is_torch(rows) else rows.itemsize
+    per = itemsize
+    for v in rows.shape[1:]:
+        per *= int(v)
+    return max(1, CHUNK_BYTES // max(per, 1))
 
 
 def sum_slots_int(slots: Array, weights: Array | None) -> Array:
