@@ -20,6 +20,7 @@ from . import validate
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .execution import arena_reads, execute
+from .execution.agreement import describe_disagreement
 from .execution.call import Call, refuse, replay_or_new, wants_grad
 from .execution.hot_replay import MISS, replay_hot
 from .mesh import Mesh
@@ -140,6 +141,22 @@ def _global_shape(shapes: list, src: tuple, mesh_shape: tuple, rule: str, world:
             f"rank {bad} the shape {list(want)}, but it holds {list(shapes[bad])}: shards must follow the {rule} rule"
         )
     return gshape
+
+
+def _tensor_global_shape(i: int, shapes: list, src: tuple, mesh_shape: tuple, rule: str, world: bool) -> tuple:
+    """Tensor ``i`` of a list: its global shape from every rank's shape of it (``shapes``), its
+    unsplit dims the same on every rank; a ``MismatchError`` naming the tensor where not."""
+    split = {p.dim for p in src if isinstance(p, Shard)}
+    try:
+        for d in range(len(shapes[0])):
+            values = [sh[d] for sh in shapes]
+            if d not in split and len(set(values)) > 1:
+                raise MismatchError(
+                    "redistribute: " + describe_disagreement(f"dim {d}", values)
+                    + f" (full shapes: {', '.join(f'rank {r} {list(sh)}' for r, sh in enumerate(shapes))})")
+        return _global_shape(shapes, src, mesh_shape, rule, world) if split else tuple(shapes[0])
+    except MismatchError as exc:
+        raise MismatchError(f"tensor {i}: {exc}") from None
 
 
 def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -> Any:
@@ -370,8 +387,10 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     for name, value in zip(("tensors", "layouts", "global_shape"), (described, texts, given)):
         mine = validate.crc(value)
         call.arg_text[name] = lambda d, v=value, m=mine: repr(v) if d == m else "another value"
-    need = checked is not None and any(a.global_shape is None and any(isinstance(p, Shard) for p in a.src)
-                                      for a in checked)
+    # every rank's shapes where a tensor's global shape is not given: its split dims give the
+    # global shape, and its other dims must be the same on every rank (a list's records carry
+    # no shapes, so this is where a rank's different tensor is caught)
+    need = checked is not None and any(a.global_shape is None for a in checked)
     call.agree(need_shapes=need)
     shapes_of: list[list] = []
     if need:  # every rank's shape of every tensor: one more small exchange (the count agreed above)
@@ -387,8 +406,10 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     sub = (lambda m: call.comm) if world else mesh.sub
     parts, gshapes_done, own = [], [], []
     for i, (a, x) in enumerate(zip(checked, xs)):
-        gshape = tuple(int(v) for v in (a.global_shape or (_global_shape(shapes_of[i], a.src, mesh_shape, rule, world)
-                                                            if shapes_of else x.shape)))
+        gshape = a.global_shape
+        if gshape is None and shapes_of:
+            gshape = _tensor_global_shape(i, shapes_of[i], a.src, mesh_shape, rule, world)
+        gshape = tuple(int(v) for v in (gshape or x.shape))
         gshapes_done.append(gshape)
         size = call.arrays.itemsize(x) if not is_numpy(x) else x.dtype.itemsize
         for v in gshape:

@@ -78,6 +78,10 @@ def many_bad(comm, case):
         xs = xs[:2]
     if case == "src list length":
         src = [rs.Shard(0), rs.Shard(0)]
+    if case in ("unsplit dim on rank 2", "replicated shape on rank 2") and comm.rank == 2:
+        xs[1] = np.zeros((4, 7), np.float32)
+    if case == "replicated shape on rank 2":
+        src, dst = rs.Replicate(), rs.Shard(0)
     try:
         rs.redistribute(xs, src, dst)
     except rs.ReshardError as exc:

@@ -89,12 +89,16 @@ def test_gradients_and_started_calls_as_for_one_tensor():
     ("bad dim on rank 0", "InvalidArgument", "tensor 1"),
     ("count on rank 1", "MismatchError", "tensors"),
     ("src list length", "InvalidArgument", "one per tensor"),
+    ("unsplit dim on rank 2", "MismatchError", "tensor 1: redistribute: dim 1 differs across ranks"),
+    ("replicated shape on rank 2", "MismatchError", "tensor 1: redistribute: dim 1 differs across ranks"),
 ])
 def test_bad_input_among_many_names_the_tensor_on_every_rank(case, kind, words):
     for rank, (got, text) in enumerate(rs.spawn(many_rank.many_bad, 3, args=(case,), timeout=120)):
         assert got == kind and words in text, (rank, got, text)
         if case == "bad dim on rank 0":
             assert "rank 0" in text
+        if "on rank 2" in case and kind == "MismatchError":
+            assert "ranks 0,1: 6; rank 2: 7" in text, text
 
 
 def test_dtensors_in_one_call_as_dtensor_moves_each():
