@@ -85,9 +85,9 @@ def test_gradients_and_started_calls_as_for_one_tensor():
 
 
 @pytest.mark.parametrize("case,kind,words", [
-    ("dtype on rank 1", "MismatchError", "tensors"),
+    ("dtype on rank 1", "MismatchError", "tensors differ across ranks"),
     ("bad dim on rank 0", "InvalidArgument", "tensor 1"),
-    ("count on rank 1", "MismatchError", "tensors"),
+    ("count on rank 1", "MismatchError", "tensors differ across ranks"),
     ("src list length", "InvalidArgument", "one per tensor"),
     ("unsplit dim on rank 2", "MismatchError", "tensor 1: redistribute: dim 1 differs across ranks"),
     ("replicated shape on rank 2", "MismatchError", "tensor 1: redistribute: dim 1 differs across ranks"),

@@ -120,7 +120,10 @@ def describe_disagreement(what: str, values: Sequence[Any], fmt: Callable[[Any],
     for rank, value in enumerate(values):
         groups.setdefault(fmt(value), []).append(rank)
     parts = [f"{_ranks(ranks)}: {value}" for value, ranks in groups.items()]
-    return f"{what} differs across ranks: " + "; ".join(parts)
+    return f"{what} {'differ' if what in _PLURAL else 'differs'} across ranks: " + "; ".join(parts)
+
+
+_PLURAL = {"tensors", "layouts", "split_sizes"}  # the arguments named in the plural
 
 
 def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseException | None) -> None:
