@@ -77,7 +77,7 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
             return out
         # the backend's buffer: memory the heap freed, where a fresh product page-faults each call
         out = array_backend("torch").empty(base.shape, like=base)
-        rows = _chunk_rows(base)
+        rows = _chunk_rows(base) if base.device.type == "cpu" else max(1, num_tokens)  # a GPU takes all at once
         diff = array_backend("torch").empty((min(rows, num_tokens), *base.shape[1:]), like=base)
         weight = w.reshape(num_tokens, top_k, *ones)
         for a in range(0, num_tokens, rows):  # in place, a cache-sized block of tokens at a time
