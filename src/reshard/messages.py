@@ -205,8 +205,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
     },
     "cli.error": {"en": "error: {error}", "ko": "오류: {error}"},
     "meshplan.head": {
-        "en": "redistribute ({src}) -> ({dst}) of [{shape}] {dtype} on mesh {mesh} ({ranks} ranks):",
-        "ko": "[{shape}] {dtype}를 mesh {mesh}(rank {ranks}개)에서 ({src}) -> ({dst})로 redistribute:",
+        "en": "redistribute {src} -> {dst} of [{shape}] {dtype} on mesh {mesh} ({ranks} ranks):",
+        "ko": "[{shape}] {dtype}를 mesh {mesh}(rank {ranks}개)에서 {src} -> {dst}로 redistribute:",
     },
     "meshplan.nothing": {"en": "nothing moves: every rank already holds its part", "ko": "움직이는 것 없음: 모든 rank가 이미 자기 몫을 가진다"},
     "meshplan.step": {

@@ -82,6 +82,21 @@ def test_explain_fits_the_width_without_breaking_words(columns):
     assert "Aij:r is block (i, j) of A" in out  # the grids' legend
 
 
+@pytest.mark.parametrize("args", [
+    ("plan", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "S(1),S(0)", "--shape", "8x8,6x10"),
+    ("plan", "--hosts", "2"),
+    ("explain",),
+])
+@pytest.mark.parametrize("columns", [80, 100])
+def test_a_line_past_the_width_breaks_after_a_clause_never_between_a_number_and_its_unit(args, columns):
+    lines = _reshard(*args, columns=columns).splitlines()
+    assert max(len(line) for line in lines) <= columns
+    units = {"B", "KiB", "MiB", "GiB", "GB/s", "us", "ms"}
+    for first, second in zip(lines, lines[1:]):
+        if first and first[-1].isdigit() and second.split():
+            assert second.split()[0] not in units, (first, second)
+
+
 def test_piped_output_without_columns_has_a_fixed_readable_width():
     out = _reshard("explain")
     assert max(len(line) for line in out.splitlines()) <= 100

@@ -4,6 +4,7 @@ terminal they print to."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..errors import InvalidArgument
 from ..planning.layout import parse_placement
@@ -51,9 +52,21 @@ def make_console(no_color: bool = False, stderr: bool = False):
     piped, ``COLUMNS`` or ``PIPED_WIDTH``, so that logs read as they would in a terminal."""
     import os
 
+    from rich.cells import cell_len
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=False, no_color=no_color or None, stderr=stderr)
+    from ..viz.text import fit_line
+
+    class FittingConsole(Console):
+        """A console whose plain lines that do not fit break after a clause, indented, rather
+        than wherever the width runs out (a number apart from its unit)."""
+
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            if len(objects) == 1 and isinstance(objects[0], str) and "[/" not in objects[0]:
+                objects = ("\n".join(fit_line(line, self.width, cell_len) for line in objects[0].split("\n")),)
+            super().print(*objects, **kwargs)
+
+    console = FittingConsole(highlight=False, soft_wrap=False, no_color=no_color or None, stderr=stderr)
     if not console.is_terminal:
         columns = os.environ.get("COLUMNS", "")
         console.width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH

@@ -196,8 +196,8 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float =
 def render_mesh_plan(console: Any, report: dict, lang: str = "en") -> None:
     """A mesh plan as text: the change, each step with its bytes per rank, the lower bound."""
     mesh = "x".join(str(s) for s in report["mesh"])
-    console.print(say("meshplan.head", lang, src=report.get("src_spec") or ", ".join(report["src"]),
-                      dst=report.get("dst_spec") or ", ".join(report["dst"]),
+    console.print(say("meshplan.head", lang, src=report.get("src_spec") or f"({', '.join(report['src'])})",
+                      dst=report.get("dst_spec") or f"({', '.join(report['dst'])})",
                       shape=" x ".join(str(s) for s in report["global_shape"]), dtype=report["dtype"], mesh=mesh,
                       ranks=report["ranks"]))
     if not report["steps"]:
