@@ -404,6 +404,7 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
             shapes_of.append([tuple(int(v) for v in row[at : at + x.ndim]) for row in per_rank])
             at += x.ndim
     sub = (lambda m: call.comm) if world else mesh.sub
+    mixed = len({is_numpy(x) for x in xs}) > 1  # numpy arrays beside torch tensors: all moved as torch
     parts, gshapes_done, own = [], [], []
     for i, (a, x) in enumerate(zip(checked, xs)):
         gshape = a.global_shape
@@ -419,7 +420,8 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
             continue
         step = planner.exchange_boxes(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
         if step is not None:
-            group = (type(x), str(x.dtype), tuple(x.shape), a.src, a.dst, gshape)
+            moved = to_torch(x) if mixed and is_numpy(x) else x  # numpy beside torch moves as torch
+            group = (type(moved), str(moved.dtype), tuple(x.shape), a.src, a.dst, gshape)
             parts.append(coalesced.Part("boxes", step=step, global_bytes=size, group=group))
             continue
         own.append(i)
@@ -427,23 +429,28 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
         data = _detached(to_torch(x) if torch_arrays and is_numpy(x) else x)
         parts.append(coalesced.Part("own", run=execute.PlanRun(call, data, plan, sub, mesh_shape=mesh_shape),
                                     global_bytes=size))
+    own_set = set(own)
+    grad_on = torch_arrays and any(is_torch(x) for x in xs)
+    plain = not own_set and not grad_on and not mixed  # one kind, off the tape: the inputs as they are
+
+    def as_moved(given: list) -> list:
+        """The inputs as the program moves them: off the tape, and as torch where kinds mix or
+        a tensor takes its own steps."""
+        return [(_detached(to_torch(x) if torch_arrays and is_numpy(x) else x) if mixed or i in own_set
+                 else _detached(x)) for i, x in enumerate(given)]
+
+    # the program is made from the inputs as it will move them (an engine's forms take their kind)
     program = coalesced.ManyRun(parts, [x.dtype.itemsize if is_numpy(x) else x.element_size() for x in xs], call.rank,
-                                call, [_detached(x) for x in xs])
+                                call, as_moved(xs))
     backs = [(with_order([planner.backward_placements(p, q)[0] for p, q in zip(a.src, a.dst)], orders_of(a.dst)),
               with_order([planner.backward_placements(p, q)[1] for p, q in zip(a.src, a.dst)], orders_of(a.src)))
              for a in checked]
-    own_set = set(own)
-    grad_on = torch_arrays and any(is_torch(x) for x in xs)
-
-    mixed = len({is_numpy(x) for x in xs}) > 1  # numpy arrays beside torch tensors: all moved as torch
-    plain = not own_set and not grad_on and not mixed  # one kind, off the tape: the inputs as they are
 
     def run(k: Call, _: Any, prepared: Any = None) -> list:
         given = k.many
         if plain:
             return program(k, given, prepared)
-        inputs = [(_detached(to_torch(x) if torch_arrays and is_numpy(x) else x) if mixed or i in own_set
-                   else _detached(x)) for i, x in enumerate(given)]
+        inputs = as_moved(given)
         outs = program(k, inputs)
         results = []
         taped = grad_on and sys.modules["torch"].is_grad_enabled()

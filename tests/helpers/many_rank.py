@@ -19,17 +19,17 @@ def _inputs(cases, coord, mesh_shape):
 
 def many_and_separate(comm, mesh_shape, cases, as_torch, repeats=2):
     """``cases``: (shape, dtype, src, dst) per tensor, src/dst one per mesh dim (a 1-tuple on a
-    world). The list call (``repeats`` times) and the separate calls on the same inputs:
+    world); ``as_torch``: False, True or "mixed". The list call (``repeats`` times) and the separate calls on the same inputs:
     (the list's results per repeat, whether each repeat was a replay, the separate results,
     the list call's steps, its per-tensor steps)."""
     world = len(mesh_shape) == 1
     mesh = None if world else rs.Mesh(mesh_shape, comm=comm)
     coord = (comm.rank,) if world else mesh.coord
     xs = _inputs(cases, coord, mesh_shape)
-    if as_torch:
+    if as_torch:  # True: every input a tensor; "mixed": every other one (numpy beside torch)
         import torch
 
-        xs = [torch.from_numpy(x) for x in xs]
+        xs = [torch.from_numpy(x) if as_torch is True or k % 2 else x for k, x in enumerate(xs)]
     srcs = [c[2][0] if world else c[2] for c in cases]
     dsts = [c[3][0] if world else c[3] for c in cases]
     runs, replayed = [], []

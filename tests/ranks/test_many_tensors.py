@@ -40,7 +40,8 @@ def _oracle(shape, dtype, dst, coord, mesh_shape):
     return np.asarray(rs.local_shard(pattern(shape, dtype), dst, coord, mesh_shape))
 
 
-@pytest.mark.parametrize("engine,as_torch", [("gloo", False), ("gloo", True), ("mpi", False)])
+@pytest.mark.parametrize("engine,as_torch", [("gloo", False), ("gloo", True), ("gloo", "mixed"), ("mpi", False),
+                                             ("mpi", True), ("mpi", "mixed")])
 @pytest.mark.parametrize("where", ["world", "mesh"])
 def test_one_call_equals_the_separate_calls_and_numpy(engine, as_torch, where):
     cases, mesh_shape = (WORLD_CASES, (3,)) if where == "world" else (MESH_CASES, (2, 2))
