@@ -95,27 +95,28 @@ def test_sum_over_hosts_adds_each_tokens_rows_in_host_order(seed, tokens, hosts,
 
 def _token_loop(slots: np.ndarray, weights: np.ndarray, kept: np.ndarray, torch_ops: bool = False) -> np.ndarray:
     """The oracle of ``sum_slots``: token by token, ``s * y_0 + sum_{j>0} w_j * (y_j - y_0)``
-    with ``w_j`` the weight of a kept slot (0 for a dropped one) and ``s`` their sum, taken as
-    exactly one within ``4 k`` ulps of one. ``torch_ops``: each product and sum by torch's own
+    with ``w_j`` the weight of a kept slot (0 for a dropped one) and ``s`` their sum (in float32
+    at least), taken as exactly one within ``4 k`` ulps of one in the weights' precision. ``torch_ops``: each product and sum by torch's own
     operations on one token's row (``addcmul`` rounds once where the CPU fuses it, and torch
     multiplies complex numbers its own way), as tensors are summed."""
     top_k = slots.shape[1]
     out = np.empty((slots.shape[0], *slots.shape[2:]), dtype=slots.dtype)
-    eps = np.finfo(slots.dtype).eps
+    acc = np.result_type(slots.real.dtype, weights.dtype, np.float32)  # the weights added in float32 at least
+    eps = np.finfo(weights.dtype).eps  # one within 4 k ulps of the weights' own precision
     for t in range(slots.shape[0]):
-        w = (weights[t] * kept[t]).astype(slots.dtype)
+        w = (weights[t] * kept[t]).astype(acc)
         total = w.sum()
         if torch_ops:  # torch adds the weights in its own order too
-            tw = torch.from_numpy(weights[t]).to(torch.from_numpy(slots[:0]).dtype)
+            tw = torch.from_numpy(weights[t]).to(torch.from_numpy(np.zeros(0, acc)).dtype)
             tw = tw * torch.from_numpy(kept[t]).to(tw.dtype)
             w, total = tw.numpy(), tw.sum().numpy()
-        if abs(total - 1) <= 4 * top_k * eps:
-            total = slots.dtype.type(1)
+        total = acc.type(1) if abs(total - 1) <= 4 * top_k * eps else total
+        w, total = w.astype(slots.dtype), slots.dtype.type(total)
         if torch_ops:
             first = torch.from_numpy(slots[t, 0])
-            row = torch.mul(first, torch.tensor(total))
+            row = torch.mul(first, torch.from_numpy(np.array(total)))
             for j in range(1, top_k):
-                row = row.addcmul(torch.sub(torch.from_numpy(slots[t, j]), first), torch.tensor(w[j]))
+                row = row.addcmul(torch.sub(torch.from_numpy(slots[t, j]), first), torch.from_numpy(np.array(w[j])))
             out[t] = row.numpy()
             continue
         row = slots[t, 0] * total
@@ -141,3 +142,16 @@ def test_the_slots_summed_a_block_of_tokens_at_a_time_equal_a_loop_over_the_toke
                       (sum_slots(torch.from_numpy(slots), torch.from_numpy(weights), kept).numpy(),
                        _token_loop(slots, weights, kept, torch_ops=True))):
         assert got.dtype == slots.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_bfloat16_rows_keep_the_float32_weights_precision():
+    # identity experts: each slot holds the token's row, so the sum is the row times the weights'
+    # sum; with bfloat16 rows that product within two roundings of bfloat16 (the sum's and the
+    # product's), not the weights rounded to bfloat16 and a sum within 6% of one taken as one
+    gen = torch.Generator().manual_seed(3)
+    row = torch.randn(512, 64, generator=gen).to(torch.bfloat16)
+    weights = 0.47 + 0.06 * torch.rand(512, 2, generator=gen)  # sums in 0.94-1.06
+    got = sum_slots(torch.stack([row, row], dim=1), weights, np.ones((512, 2), bool)).float()
+    want = row.double() * weights.double().sum(dim=1, keepdim=True)
+    ulp = 2.0 ** (torch.floor(torch.log2(want.abs().clamp_min(1e-30))) - 7)  # bfloat16's spacing at each value
+    assert bool(((got.double() - want).abs() <= 2 * ulp).all())

@@ -40,8 +40,10 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
     """``sum_j weights[:, j] * slots[:, j]`` over kept slots, written as
     ``s * y_0 + sum_{j>0} w_j * (y_j - y_0)`` with ``s = sum_j w_j``: the same sum, but when
     every slot holds the same row (identity experts) and the weights sum to one it returns that
-    row bit for bit. A sum within ``4 k`` ulps of one counts as one (float32 softmax weights
-    miss one by an ulp about one time in eight); its gradient still flows."""
+    row bit for bit. A sum within ``4 k`` ulps of one, in the weights' own precision, counts as
+    one (float32 softmax weights miss one by an ulp about one time in eight); its gradient still
+    flows. The weights are added in float32 at least (bfloat16 rows with float32 weights keep
+    the weights' precision), then cast to the rows' dtype."""
     num_tokens, top_k = slots.shape[0], slots.shape[1]
     if weights is None and top_k == 1:
         return slots[:, 0]
@@ -53,13 +55,16 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
     if torch_in:
         import torch
 
-        w = torch.ones((num_tokens, top_k), dtype=slots.dtype, device=slots.device) if weights is None \
-            else weights.reshape(num_tokens, top_k).to(slots.dtype)
-        w = w * torch.from_numpy(kept).to(device=slots.device, dtype=slots.dtype)
+        real = slots.real.dtype if slots.dtype.is_complex else slots.dtype
+        given = weights.dtype if weights is not None and weights.dtype.is_floating_point else real
+        acc = torch.promote_types(torch.promote_types(real, given), torch.float32)
+        w = torch.ones((num_tokens, top_k), dtype=acc, device=slots.device) if weights is None \
+            else weights.reshape(num_tokens, top_k).to(acc)
+        w = w * torch.from_numpy(kept).to(device=slots.device, dtype=acc)
         total = w.sum(dim=1)
-        eps = torch.finfo(slots.real.dtype if slots.dtype.is_complex else slots.dtype).eps
-        snap = (total - 1).abs() <= 4 * top_k * eps
-        total = torch.where(snap, total + (1 - total).detach(), total)
+        snap = (total - 1).abs() <= 4 * top_k * torch.finfo(given).eps
+        total = torch.where(snap, total + (1 - total).detach(), total).to(slots.dtype)
+        w = w.to(slots.dtype)
         base = slots[:, 0]
         wants_grad = torch.is_grad_enabled() and weights is not None and weights.requires_grad
         if top_k == 2 and bool(snap.all()) and not wants_grad:
@@ -87,11 +92,13 @@ def sum_slots(slots: Array, weights: Array | None, kept: np.ndarray) -> Array:
             for j in range(1, top_k):
                 part.addcmul_(torch.sub(slots[a:b, j], first, out=d), weight[a:b, j])
         return out
-    w = np.ones((num_tokens, top_k)) if weights is None else np.asarray(weights).reshape(num_tokens, top_k)
-    w = (w * kept).astype(slots.dtype)
+    real = slots.real.dtype if slots.dtype.kind == "c" else slots.dtype
+    w = np.ones((num_tokens, top_k), dtype=real) if weights is None else np.asarray(weights).reshape(num_tokens, top_k)
+    given = w.dtype if w.dtype.kind == "f" else real
+    w = (w * kept).astype(np.result_type(real, given, np.float32))
     total = w.sum(axis=1)
-    eps = np.finfo(slots.dtype).eps
-    total = np.where(np.abs(total - 1) <= 4 * top_k * eps, np.ones_like(total), total)
+    total = np.where(np.abs(total - 1) <= 4 * top_k * np.finfo(given).eps, np.ones_like(total), total)
+    w, total = w.astype(slots.dtype), total.astype(slots.dtype)
     base = slots[:, 0]
     scale, weight = total.reshape(num_tokens, *ones), w.reshape(num_tokens, top_k, *ones)
     out = np.empty(base.shape, dtype=np.result_type(base, scale))
