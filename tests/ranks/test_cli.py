@@ -90,6 +90,14 @@ def test_plan_takes_several_shapes_as_the_tensors_of_one_call():
     assert run.returncode != 0 and "several --shape values" in run.stdout + run.stderr
 
 
+def test_plan_on_several_shapes_names_the_one_a_layout_does_not_fit():
+    run = reshard_cli("plan", "--shape", "8x8,3", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "S(1),S(0)")
+    said = run.stdout + run.stderr
+    assert run.returncode != 0 and "tensor 1 (3): src Shard dim=1 is out of range for a 1-d tensor" in said, said
+    run = reshard_cli("plan", "--shape", "8x8", "--mesh", "2x2", "--src", "S(0)", "--dst", "S(1),S(0)")
+    assert "src has 1 placement for a 2-d mesh" in run.stdout + run.stderr
+
+
 def test_plan_prints_an_ordered_layout_as_its_spec():
     run = reshard_cli("plan", "--shape", "8x6", "--mesh", "2x2", "--src", "Spec((1, 0), None)", "--dst", "S(1),S(0)",
                       "--json")

@@ -89,7 +89,8 @@ def _pieces(length: int, placements: Sequence[Placement], dim: int, mesh_shape: 
 def _normalize(placements: Sequence[Placement], ndim: int, mesh_ndim: int, name: str) -> tuple[Placement, ...]:
     placements = parse_placements(placements, mesh_ndim)  # a Spec or text as its placements
     if len(placements) != mesh_ndim:
-        raise InvalidArgument(f"{name} has {len(placements)} placements for a {mesh_ndim}-d mesh")
+        count = len(placements)
+        raise InvalidArgument(f"{name} has {count} placement{'' if count == 1 else 's'} for a {mesh_ndim}-d mesh")
     return normalize_placements(placements, ndim, f"{name} Shard dim")
 
 

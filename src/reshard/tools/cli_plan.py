@@ -177,7 +177,12 @@ def _plan_many(args: argparse.Namespace, shapes: tuple) -> int:
         raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
     src = parse_placements(args.src or "row", len(mesh))
     dst = parse_placements(args.dst or "col", len(mesh))
-    reports = [plan_summary(shape, src, dst, mesh, ITEMSIZE[args.dtype]) for shape in shapes]
+    reports = []
+    for k, shape in enumerate(shapes):
+        try:
+            reports.append(plan_summary(shape, src, dst, mesh, ITEMSIZE[args.dtype]))
+        except ReshardError as exc:  # which of the shapes it is
+            raise type(exc)(f"tensor {k} ({'x'.join(map(str, shape))}): {exc}") from None
     size = reports[0]["ranks"]
     own_steps = [src != dst and planner.exchange_boxes(shape, src, dst, mesh, 0) is None for shape in shapes]
     shared = [st for r, own in zip(reports, own_steps) if not own for st in r["steps"] if st["collective"] != "local"]
