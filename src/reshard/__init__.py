@@ -45,6 +45,7 @@ _LAZY = {
     "moe": "moe",
     "fft": "fft",
     "empty": "memory", "empty_like": "memory",
+    "mesh_plan": "planning.mesh_plan",
 }
 
 __all__ = [

@@ -152,3 +152,43 @@ def test_a_spec_and_its_placements_plan_alike(mesh_shape):
         as_tuple = (src.resolve(2), dst.resolve(2))
         assert plan_redistribute((6, 5), src.resolve(2), dst.resolve(2), mesh_shape, 1) == \
             plan_redistribute((6, 5), *map(tuple, as_tuple), mesh_shape, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([(2, 2), (1, 4), (4, 1), (2, 1, 2)]), st.data())
+def test_the_pure_mesh_plan_of_two_specs_moves_exactly_what_the_ranks_need(mesh_shape, data):
+    """``rs.mesh_plan`` on Specs by number: the exchange's bytes and its lower bound equal,
+    rank by rank, the elements a rank needs under ``dst`` and does not hold under ``src`` (the
+    nested-split oracle on an array of indices)."""
+    ndim = data.draw(st.integers(1, 3))
+    shape = tuple(data.draw(st.integers(1, 7)) for _ in range(ndim))
+
+    def entries():
+        where = [data.draw(st.sampled_from([None, *range(ndim)])) for _ in mesh_shape]
+        per_dim = [[m for m, d in enumerate(where) if d == k] for k in range(ndim)]
+        return [data.draw(st.permutations(dims)) if len(dims) > 1 else dims for dims in per_dim]
+
+    src, dst = entries(), entries()
+
+    def spec(e):
+        return rs.Spec(*[None if not dims else tuple(dims) if len(dims) > 1 else dims[0] for dims in e])
+
+    report = rs.mesh_plan(shape, spec(src), spec(dst), mesh_shape, "int32")
+    index = np.arange(int(np.prod(shape))).reshape(shape)
+    needed = 0
+    for r in range(int(np.prod(mesh_shape))):
+        coord = np.unravel_index(r, mesh_shape)
+        held = set(nested_piece(index, src, coord, mesh_shape).ravel().tolist())
+        needed += sum(1 for v in nested_piece(index, dst, coord, mesh_shape).ravel().tolist() if v not in held)
+    assert report["exchange_lower_bound_bytes"] == 4 * needed
+    assert report["exchange_bytes_total"] == 4 * needed
+    assert report["dtype"] == "int32" and report["global_shape"] == list(shape)
+
+
+def test_the_pure_mesh_plan_takes_text_tuples_and_specs_alike_and_points_make_plan_there():
+    by_text = rs.mesh_plan((8, 6), "S(0),S(1)", "S(1),S(0)", (2, 2))
+    assert by_text == rs.mesh_plan((8, 6), (S(0), S(1)), rs.Spec(1, 0), (2, 2))
+    ordered = rs.mesh_plan((8, 6), rs.Spec((1, 0), None), rs.Spec(None, (0, 1)), (2, 2))
+    assert ordered["src_spec"] == "Spec((1, 0))" and "dst_spec" not in ordered
+    with pytest.raises(rs.InvalidArgument, match=r"rs\.mesh_plan"):
+        rs.plan.make_plan((8, 6), "row", "col", (2, 2))

@@ -17,6 +17,7 @@ import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InvalidArgument
 from .box_geometry import ExchangeGeometry
@@ -24,6 +25,7 @@ from .layout import (
     Placement,
     Replicate,
     Shard,
+    check_int,
     mesh_region,
     normalize_placements,
     orders_of,
@@ -35,6 +37,7 @@ from .layout import (
     unravel,
     with_order,
 )
+from .plan import ITEMSIZE, check_shape
 from .plan import Region as Box
 from .plan import region_numel as box_size
 from .spec import layout_text
@@ -435,4 +438,26 @@ def plan_summary(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
             for p, box in plan.recvs(q):
                 matrix[p][q] += box_size(box) * itemsize
         report["traffic_matrix"] = matrix
+    return report
+
+
+def mesh_plan(global_shape: Sequence[int], src: Any, dst: Any, mesh_shape: Sequence[int], dtype: str = "float32",
+              itemsize: int | None = None) -> dict:
+    """The plan of a layout change on a mesh, as ``reshard plan --mesh ... --json`` gives it:
+    its steps with the bytes each rank sends and receives, the exchange's bytes beside their
+    lower bound, and the traffic matrix where the mesh is small. ``src``/``dst``: one placement
+    per mesh dim (objects or text like ``"S(0),S(1)"``) or an ``rs.Spec`` by mesh dim number; an
+    order other than the mesh's adds ``src_spec``/``dst_spec``. Pure: nothing is started
+    (``rs.mesh_plan``)."""
+    if itemsize is None and dtype not in ITEMSIZE:
+        raise InvalidArgument(f"unknown dtype {dtype!r}; known: {', '.join(ITEMSIZE)}")
+    mesh = tuple(check_int("mesh_shape", v) for v in mesh_shape)
+    if not mesh or min(mesh) < 1:
+        raise InvalidArgument(f"mesh_shape needs at least one dim, each at least 1, got {mesh}")
+    if isinstance(src, str):
+        src = parse_placements(src, len(mesh))
+    if isinstance(dst, str):
+        dst = parse_placements(dst, len(mesh))
+    report = plan_summary(check_shape(global_shape), src, dst, mesh, itemsize if itemsize is not None else ITEMSIZE[dtype])
+    report["dtype"] = dtype
     return report

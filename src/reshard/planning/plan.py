@@ -262,7 +262,7 @@ class Plan:
         return out
 
 
-def _check_shape(global_shape: Sequence[int]) -> tuple[int, ...]:
+def check_shape(global_shape: Sequence[int]) -> tuple[int, ...]:
     shape = tuple(check_int(f"global_shape[{i}]", s) for i, s in enumerate(global_shape))
     if any(s < 0 for s in shape):
         raise InvalidArgument(f"global_shape {list(shape)} has a negative entry")
@@ -283,8 +283,11 @@ def make_plan(
 
     ``itemsize`` gives the bytes per element of a dtype the table here does not name.
     """
-    shape = _check_shape(global_shape)
-    size = check_int("size", size)
+    shape = check_shape(global_shape)
+    if isinstance(size, (tuple, list)) and len(size) != 1:
+        raise InvalidArgument(f"size is a world's number of ranks, got the mesh shape {tuple(size)}: plan a mesh with "
+                              "rs.mesh_plan(global_shape, src, dst, mesh_shape)")
+    size = check_int("size", size[0] if isinstance(size, (tuple, list)) else size)
     if size < 1:
         raise InvalidArgument(f"size must be >= 1, got {size}")
     if itemsize is None and dtype not in ITEMSIZE:
