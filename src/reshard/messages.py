@@ -109,8 +109,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "en": "reshard demo: A[{rows} x {cols}] ({dtype}) on a {mesh} process mesh of local ranks ({engine}), one planned exchange",
         "ko": "reshard demo: A[{rows} x {cols}] ({dtype})를 로컬 rank의 {mesh} process mesh({engine})에서 계획된 교환 한 번으로",
     },
-    "demo.before_mesh": {"en": "Before: ({placement}); the ranks as the mesh lays them out", "ko": "이전: ({placement}); mesh 배치대로 그린 rank"},
-    "demo.after_mesh": {"en": "After: ({placement})", "ko": "이후: ({placement})"},
+    "demo.before_mesh": {"en": "Before: {placement}; the ranks as the mesh lays them out", "ko": "이전: {placement}; mesh 배치대로 그린 rank"},
+    "demo.after_mesh": {"en": "After: {placement}", "ko": "이후: {placement}"},
     "demo.mesh_column": {"en": "mesh dim {dim} = {k}", "ko": "mesh 차원 {dim} = {k}"},
     "demo.partial_word": {"en": "a partial sum", "ko": "부분합"},
     "demo.moved_mesh": {
@@ -118,8 +118,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "ko": "이동: rank마다 최대 {sent} 송신, {received} 수신: 각 rank가 필요하지만 갖지 않은 것만.",
     },
     "demo.ok_mesh": {
-        "en": "OK: all {ranks} ranks hold exactly their part of A under ({placement}) (checked against the full matrix, bit for bit).",
-        "ko": "확인: {ranks}개 rank 모두 ({placement})에서 자기 몫의 A를 정확히 보유 (전체 행렬과 비트 단위로 비교).",
+        "en": "OK: all {ranks} ranks hold exactly their part of A under {placement} (checked against the full matrix, bit for bit).",
+        "ko": "확인: {ranks}개 rank 모두 {placement}에서 자기 몫의 A를 정확히 보유 (전체 행렬과 비트 단위로 비교).",
     },
     "placement.Shard(0)": {"en": "row-sharded (Shard(0))", "ko": "행(row) 분할 (Shard(0))"},
     "placement.Shard(1)": {"en": "column-sharded (Shard(1))", "ko": "열(column) 분할 (Shard(1))"},

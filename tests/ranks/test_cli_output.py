@@ -78,6 +78,8 @@ def test_version():
     ((), ["rank 3 (1, 1)", "rows 4-7, cols 0-3", "[4 x 4]", "OK: all 4 ranks hold exactly their part of A under (Shard(1), Shard(0))"]),
     (("--src", "P,S(1)", "--dst", "S(0),R", "--lang", "ko"), ["rank 0 (0, 0)", "확인: 4개 rank 모두"]),
     (("--engine", "mpi", "--src", "S(0),R", "--dst", "S(1),R"), ["OK: all 4 ranks"]),
+    (("--src", "Spec((1, 0), None)", "--dst", "S(1),S(0)"), ["Before: Spec((1, 0)); the ranks", "rows 4-5, cols 0-7",
+                                                              "After: (Shard(1), Shard(0))"]),
 ])
 def test_demo_on_a_mesh_draws_the_ranks_as_a_grid(args, needles, tmp_path):
     png, page = tmp_path / "m.png", tmp_path / "m.html"

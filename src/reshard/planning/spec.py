@@ -245,13 +245,11 @@ def spec_of(placements: Sequence[Placement]) -> Spec:
     return Spec(*entries, partial=partial or None)
 
 
-def layout_text(placements: Sequence[Placement], parens: bool = True) -> str:
-    """How a layout is printed: its placements (in parentheses unless ``parens`` is False), or
-    its Spec where an order is not the mesh's."""
+def layout_text(placements: Sequence[Placement]) -> str:
+    """How a layout is printed: its placements in parentheses, or its Spec where an order is
+    not the mesh's."""
     if orders_of(placements):
         return repr(spec_of(placements))
-    if not parens:
-        return ", ".join(map(repr, placements))
     return "(" + ", ".join(map(repr, placements)) + ("," if len(placements) == 1 else "") + ")"
 
 

@@ -158,5 +158,5 @@ def run_demo_mesh(mesh_shape: tuple, shape: tuple[int, int], src: tuple, dst: tu
         console.print(say("demo.bad", lang, rank=rank, detail=detail), style="bold red")
     if problems:
         return 1, None
-    console.print(say("demo.ok_mesh", lang, ranks=size, placement=layout_text(dst, parens=False)), style="bold green")
+    console.print(say("demo.ok_mesh", lang, ranks=size, placement=layout_text(dst)), style="bold green")
     return 0, mesh_scene(shape, mesh_shape, src, dst, "redistribute")

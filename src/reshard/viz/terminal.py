@@ -249,8 +249,8 @@ def render_mesh_demo(console: Any, lang: str, shape: tuple[int, int], mesh_shape
             table.add_row(*cells[start : start + grid_cols])
         console.print(table)
 
-    layout(say("demo.before_mesh", lang, placement=layout_text(src, parens=False)), src, ins)
-    layout(say("demo.after_mesh", lang, placement=layout_text(dst, parens=False)), dst, outs)
+    layout(say("demo.before_mesh", lang, placement=layout_text(src)), src, ins)
+    layout(say("demo.after_mesh", lang, placement=layout_text(dst)), dst, outs)
     sent = max(m[0] for m in moved)
     received = max(m[1] for m in moved)
     console.print(say("demo.moved_mesh", lang, sent=human_bytes(sent), received=human_bytes(received)))
