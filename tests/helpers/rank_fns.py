@@ -361,6 +361,27 @@ def nocheck_change_after_replay(comm, sleep_s):
     return got
 
 
+def nocheck_shapes_needed(comm, change):
+    """check=False, global_shape None (each replay needs its peers' shard lengths): two agreed
+    calls (the second a replay), then a third where ``change`` says who changes the local shape:
+    "alone" (rank 1, which no rank may accept) or "all" (every rank, a new signature). Returns
+    (each result's shape and whether it equals the oracle) or the error's class and text."""
+    got = []
+    for step in range(3):
+        rows = 3 if (step == 2 and change == "all") else 2
+        cols = 7 if (step == 2 and change == "alone" and comm.rank == 1) else 6
+        full = pattern((rows * comm.size, cols), "float32")
+        x = np.ascontiguousarray(rs.local_shard(full, rs.Shard(0), comm.rank, comm.size)) if cols == 6 else \
+            np.ones((rows, cols), np.float32)
+        try:
+            y = rs.redistribute(x, rs.Shard(0), rs.Shard(1), check=False)
+        except rs.ReshardError as exc:
+            got.append((type(exc).__name__, str(exc)))
+            break
+        got.append((tuple(y.shape), bool(np.array_equal(y, rs.local_shard(full, rs.Shard(1), comm.rank, comm.size)))))
+    return got
+
+
 def mesh_subs(comm, shape, engine_check):
     """On a mesh of ``shape``: for every mesh dim, an all_to_all and an all_gather on that dim's
     sub-communicator (check on), compared with numpy; returns (coord, sub ranks and sizes, ok)."""

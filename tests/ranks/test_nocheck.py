@@ -27,3 +27,15 @@ def test_a_rank_that_changes_alone_after_a_replay_fails_the_job(engine):
         rs.spawn(rank_fns.nocheck_change_after_replay, 3, engine=engine, args=(0,), timeout=5)
     text = str(info.value)
     assert "redistribute" in text  # the reports say which collective the ranks were stuck in
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("change", ["alone", "all"])
+def test_a_replay_that_needs_the_peers_shapes_votes_and_a_lone_change_raises_everywhere(engine, change):
+    for rank, got in enumerate(rs.spawn(rank_fns.nocheck_shapes_needed, 3, engine=engine, args=(change,), timeout=60)):
+        assert got[:2] == [((6, 2), True), ((6, 2), True)], (rank, got)
+        if change == "all":  # a new signature on every rank: the full path, the right parts
+            assert got[2] == ((9, 2), True), (rank, got)
+        else:  # rank 1's replay misses; the others' vote fails, and the records name the dim
+            kind, text = got[2]
+            assert kind == "MismatchError" and "dim 1 differs across ranks" in text, (rank, got)

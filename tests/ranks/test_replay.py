@@ -44,11 +44,11 @@ def test_second_call_replays_and_matches_the_oracle(engine, op, check):
         first = calls[0][2:]
         for later in calls[1:]:
             assert later[3:] == first[1:], (rank, calls)  # the same traffic
-        # The first call always agrees (one round of records, check on or off), after the
-        # replay vote when the check is on. A replay then votes (check on) or exchanges the
-        # records (check off, the shards' lengths needed); with check off and everything
-        # known (global_shape), nothing but data.
-        assert first[0] == (2 if check else 1), calls
+        # The first call votes and then agrees (a round of records), check on or off. A replay
+        # then votes (check on, or check off where the shards' lengths are needed: every rank's
+        # plan made from the same records); with check off and everything known
+        # (global_shape), nothing but data.
+        assert first[0] == 2, calls
         rounds = [c[2] for c in calls[1:]]
         assert rounds == [0 if (not check and op in ("redistribute_global", "reduce_scatter")) else 1] * 2, calls
 
@@ -154,9 +154,9 @@ def test_freed_datatypes_are_never_replayed():
 @pytest.mark.parametrize("engine", ENGINES)
 def test_flipping_the_check_makes_a_new_signature(engine):
     for seen in rs.spawn(replay_rank.toggled_check, 2, engine=engine):
-        # check on: the vote, plus the records on a first call; check off: the records (a
-        # replay of all_to_all still needs every shard's length)
-        assert seen == [(False, 2), (True, 1), (False, 1), (True, 1), (True, 1)], seen
+        # a first call votes and exchanges the records, check on or off; a replay votes (a
+        # replay of all_to_all with the check off still needs every shard's length)
+        assert seen == [(False, 2), (True, 1), (False, 2), (True, 1), (True, 1)], seen
 
 
 def test_vote_through_shared_memory_names_the_rank_that_never_votes():

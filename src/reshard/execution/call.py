@@ -195,7 +195,6 @@ class Call:
         self.replaying = False  # it runs the program of an earlier call with its signature
         self.prepared: Any = None  # what the first step prepared while the records travelled
         self.key: tuple | None = None  # the call's signature, when it can be replayed
-        self.pregathered: Any = None  # records a replay already gathered (and found changed)
         self.sent_record: Any = None
         self.gathered_raw: bytes | None = None
         self.replay_exchanges = True
@@ -247,10 +246,10 @@ class Call:
             if not replay:
                 plan = None
         elif plan is not None and plan.record is not None:
-            gathered = self.primitives.start_allgather_bytes(plan.record, f"{self.op} (check)")()
-            self.checks += 1
-            if gathered.tobytes() != plan.gathered:
-                self.pregathered = gathered
+            # check off, the peers' shapes needed: the vote, as with the check on (every rank's
+            # plan made from the same records), not the records themselves; a rank without a
+            # plan votes on its full path (``_agree``), so the collectives line up
+            if not self._count(self.primitives.allreduce_max(self._ballot(plan.digest), f"{self.op} (check)")):
                 plan = None
         if plan is None:
             self.arrays = arrays
@@ -362,16 +361,13 @@ class Call:
 
     def _agree(self, free_dims: Sequence[int], need_shapes: bool, per_rank_splits: bool, prepare: Any,
                extra: Any) -> list[tuple[int, ...]]:
-        if self.check and not self.voted:  # a call that cannot replay still votes: the ops line up
+        if not self.voted:  # a call that cannot replay still votes, check on or off: the ops line up
             self._count(self.primitives.allreduce_max(self._ballot(0), f"{self.op} (check)"))
         raw = agreement.encode(self.record, self.size)
         if extra is not None:
             raw = np.concatenate([raw, np.ascontiguousarray(extra, dtype=np.int64).view(np.uint8)])
-        if self.pregathered is not None:  # a replay exchanged this very record already
-            finish = lambda: self.pregathered  # noqa: E731
-        else:
-            finish = self.primitives.start_allgather_bytes(raw, f"{self.op} (check)")
-            self.checks += 1
+        finish = self.primitives.start_allgather_bytes(raw, f"{self.op} (check)")
+        self.checks += 1
         if prepare is not None and self.error is None:
             self.prepared = prepare()  # local work (the pack) while the records travel
         gathered = finish()
