@@ -387,13 +387,15 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     for name, value in zip(("tensors", "layouts", "global_shape"), (described, texts, given)):
         mine = validate.crc(value)
         call.arg_text[name] = lambda d, v=value, m=mine: repr(v) if d == m else "another value"
-    # every rank's shapes where a tensor's global shape is not given: its split dims give the
-    # global shape, and its other dims must be the same on every rank (a list's records carry
-    # no shapes, so this is where a rank's different tensor is caught)
-    need = checked is not None and any(a.global_shape is None for a in checked)
-    call.agree(need_shapes=need)
+    # every rank's shapes where a tensor's global shape is not given, on a first call: its split
+    # dims give the global shape (a replay needs them too: ``need_shapes``), and its other dims
+    # must be the same on every rank (a list's records carry no shapes, so this is where a
+    # rank's different tensor is caught)
+    learn = checked is not None and any(a.global_shape is None and any(isinstance(p, Shard) for p in a.src)
+                                       for a in checked)
+    call.agree(need_shapes=learn)
     shapes_of: list[list] = []
-    if need:  # every rank's shape of every tensor: one more small exchange (the count agreed above)
+    if checked is not None and any(a.global_shape is None for a in checked):  # one more small exchange
         mine = np.array([int(v) for x in xs for v in x.shape] or [0], dtype=np.int64)
         gathered = call.primitives.allgather_bytes(mine.view(np.uint8), "redistribute (check)")
         call.checks += 1
