@@ -361,7 +361,9 @@ class Call:
 
     def _agree(self, free_dims: Sequence[int], need_shapes: bool, per_rank_splits: bool, prepare: Any,
                extra: Any) -> list[tuple[int, ...]]:
-        if not self.voted:  # a call that cannot replay still votes, check on or off: the ops line up
+        if not self.voted and (self.check or need_shapes):
+            # a call that cannot replay still votes wherever a peer's replay would (check on, or
+            # its peers' shapes needed): the ops line up
             self._count(self.primitives.allreduce_max(self._ballot(0), f"{self.op} (check)"))
         raw = agreement.encode(self.record, self.size)
         if extra is not None:
