@@ -20,7 +20,7 @@ from . import validate
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .execution import arena_reads, execute
-from .execution.agreement import describe_disagreement
+from .execution.agreement import compare_dims
 from .execution.call import Call, refuse, replay_or_new, wants_grad
 from .execution.hot_replay import MISS, replay_hot
 from .mesh import Mesh
@@ -148,12 +148,7 @@ def _tensor_global_shape(i: int, shapes: list, src: tuple, mesh_shape: tuple, ru
     unsplit dims the same on every rank; a ``MismatchError`` naming the tensor where not."""
     split = {p.dim for p in src if isinstance(p, Shard)}
     try:
-        for d in range(len(shapes[0])):
-            values = [sh[d] for sh in shapes]
-            if d not in split and len(set(values)) > 1:
-                raise MismatchError(
-                    "redistribute: " + describe_disagreement(f"dim {d}", values)
-                    + f" (full shapes: {', '.join(f'rank {r} {list(sh)}' for r, sh in enumerate(shapes))})")
+        compare_dims("redistribute", shapes, tuple(split))
         return _global_shape(shapes, src, mesh_shape, rule, world) if split else tuple(shapes[0])
     except MismatchError as exc:
         raise MismatchError(f"tensor {i}: {exc}") from None

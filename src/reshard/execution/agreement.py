@@ -149,6 +149,20 @@ def _own_words(message: str, rank: int, op: str) -> str:
     return message
 
 
+def compare_dims(op: str, shapes: Sequence[Sequence[int]], free_dims: Sequence[int] = ()) -> None:
+    """Raise MismatchError if every rank's shape (``shapes``, the same number of dims) is not
+    the same in each dim outside ``free_dims``, naming the dim, each rank's length and shape."""
+    for d in range(len(shapes[0])):
+        if d in free_dims:
+            continue
+        values = [s[d] for s in shapes]
+        if len(set(values)) > 1:
+            raise MismatchError(
+                f"{op}: " + describe_disagreement(f"dim {d}", values)
+                + f" (full shapes: {', '.join(f'rank {r} {list(s)}' for r, s in enumerate(shapes))})"
+            )
+
+
 def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_splits: bool = False,
             arg_text: dict[str, Callable[[int], str]] | None = None) -> None:
     """Raise MismatchError if the calls disagree on anything but the dims in ``free_dims``
@@ -169,16 +183,7 @@ def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_s
     ndims = [len(r.shape) if r.shape is not None else -1 for r in records]
     if len(set(ndims)) > 1:
         raise MismatchError(f"{op}: " + describe_disagreement("number of dims", ndims))
-    shapes = [r.shape for r in records]
-    for d in range(ndims[0]):
-        if d in free_dims:
-            continue
-        values = [s[d] for s in shapes]
-        if len(set(values)) > 1:
-            raise MismatchError(
-                f"{op}: " + describe_disagreement(f"dim {d}", values)
-                + f" (full shapes: {', '.join(f'rank {r} {list(s)}' for r, s in enumerate(shapes))})"
-            )
+    compare_dims(op, [r.shape for r in records], free_dims)
     splits = [r.split_sizes for r in records]
     if not per_rank_splits and len(set(splits)) > 1:
         raise MismatchError(f"{op}: " + describe_disagreement("split_sizes", splits))

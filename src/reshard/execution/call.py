@@ -45,9 +45,8 @@ _DIGEST_MASK = (1 << _DIGEST_BITS) - 1
 class CachedRun:
     """What a successful call worked out, kept for the next call with its signature."""
 
-    record: Any  # this rank's encoded check record, or None when the call exchanged none
-    gathered: bytes | None  # every rank's records, as they were when the plan was made
-    digest: int  # a 47-bit digest of ``gathered`` (never 0), this rank's vote on a replay
+    digest: int  # a 47-bit digest of every rank's records when the plan was made (0: made without
+    # them, so a replay needs nothing from its peers), this rank's vote on a replay
     run: Callable[..., Array]  # (call, x) -> result
     arrays: Any
     numpy_in: bool
@@ -152,7 +151,7 @@ def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
         return MISS
     key = _signature(op, x, False, args)
     plan = None if key is None else comm.replay_cache.get(key)
-    if plan is None or plan.record is not None or plan.detach:
+    if plan is None or plan.digest or plan.detach:
         return MISS
     activity = comm.activity
     if activity is not None:
@@ -195,7 +194,6 @@ class Call:
         self.replaying = False  # it runs the program of an earlier call with its signature
         self.prepared: Any = None  # what the first step prepared while the records travelled
         self.key: tuple | None = None  # the call's signature, when it can be replayed
-        self.sent_record: Any = None
         self.gathered_raw: bytes | None = None
         self.replay_exchanges = True
         self.extra_gathered: Any = None
@@ -220,7 +218,7 @@ class Call:
         key = _signature(self.op, self.x, self.check, args)
         self.key = key
         plan = None if key is None or self.error is not None else self.comm.replay_cache.get(key)
-        if plan is not None and plan.record is None and self.check:
+        if plan is not None and not plan.digest and self.check:
             plan = None  # made without the records: it cannot vote
         x, arrays, prepared = self.x, self.arrays, None
         if plan is not None:
@@ -245,7 +243,7 @@ class Call:
                 replay = self._count(self.primitives.allreduce_max(vote, f"{self.op} (check)"))
             if not replay:
                 plan = None
-        elif plan is not None and plan.record is not None:
+        elif plan is not None and plan.digest:
             # check off, the peers' shapes needed: the vote, as with the check on (every rank's
             # plan made from the same records), not the records themselves; a rank without a
             # plan votes on its full path (``_agree``), so the collectives line up
@@ -293,12 +291,12 @@ class Call:
             return
         x = self.x
         detach = is_torch(x) and self.key[-1]  # requires_grad
-        # A replay exchanges records again only when the check is on or the peers' shapes are needed.
-        record, gathered = (self.sent_record, self.gathered_raw) if self.replay_exchanges else (None, None)
+        # A replay votes only when the check is on or the peers' shapes are needed.
+        gathered = self.gathered_raw if self.replay_exchanges else None
         digest = 0
         if gathered is not None:
             digest = int.from_bytes(hashlib.blake2b(gathered, digest_size=8).digest(), "little") & _DIGEST_MASK or 1
-        cached = CachedRun(record, gathered, digest, run, self.arrays, self.numpy_in, bool(detach), grad, prepare)
+        cached = CachedRun(digest, run, self.arrays, self.numpy_in, bool(detach), grad, prepare)
         self.comm.replay_cache.put_for(self.op, self.key, cached, len(self.gathered_raw or b""))
 
     def validate(self, check: Callable[..., T], *args: Any, need_dims: bool = True) -> T | None:
@@ -374,7 +372,7 @@ class Call:
             self.prepared = prepare()  # local work (the pack) while the records travel
         gathered = finish()
         self.replay_exchanges = self.check or need_shapes
-        self.sent_record, self.gathered_raw = raw, gathered.tobytes()
+        self.gathered_raw = gathered.tobytes()
         width = len(raw) - (0 if extra is None else len(extra) * 8)
         if extra is not None:
             self.extra_gathered = np.ascontiguousarray(gathered[:, width:]).view(np.int64)

@@ -3,6 +3,7 @@ forwarder and the hosts' rows at home (the two-level path, ``reshard.moe.host_ro
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -121,10 +122,7 @@ CHUNK_BYTES = 256 << 10  # a block of tokens whose rows, and the passes over the
 
 def _chunk_rows(rows: Array) -> int:
     """How many tokens' rows of ``rows`` (``[tokens, ...]``) make one cache-sized block (at least one)."""
-    itemsize = rows.element_size() if is_torch(rows) else rows.itemsize
-    per = itemsize
-    for v in rows.shape[1:]:
-        per *= int(v)
+    per = (rows.element_size() if is_torch(rows) else rows.itemsize) * math.prod(rows.shape[1:])
     return max(1, CHUNK_BYTES // max(per, 1))
 
 

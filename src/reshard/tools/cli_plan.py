@@ -106,7 +106,7 @@ def _plan_moe(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..planning.layout import parse_placements
-    from ..planning.plan import ITEMSIZE, estimate_seconds, make_plan, plan_report, report_json
+    from ..planning.plan import estimate_seconds, make_plan, plan_report, report_json
 
     shapes = args.shape or ()
     args.shape = shapes[0] if len(shapes) == 1 else None if not shapes else args.shape
@@ -138,16 +138,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
             render_plan(make_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
         return 0
-    from ..planning.mesh_plan import plan_summary
+    from ..planning.mesh_plan import mesh_plan
 
     if args.mesh and (args.src is None or args.dst is None):
         raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
     src = parse_placements(args.src or "row", len(mesh))
     dst = parse_placements(args.dst or "col", len(mesh))
-    if args.dtype not in ITEMSIZE:
-        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
-    report = plan_summary(args.shape, src, dst, mesh, ITEMSIZE[args.dtype])
-    report["dtype"] = args.dtype
+    report = mesh_plan(args.shape, src, dst, mesh, args.dtype)
     if args.json:
         if report["ranks"] > 4096:  # per-rank lists of tens of thousands of numbers: summarised
             for step in report["steps"]:
@@ -167,11 +164,8 @@ def _plan_many(args: argparse.Namespace, shapes: tuple) -> int:
     (one check, one shared exchange of boxes; reduced tensors take their own steps after it)."""
     from ..planning import planner
     from ..planning.layout import parse_placements
-    from ..planning.mesh_plan import plan_summary
-    from ..planning.plan import ITEMSIZE
+    from ..planning.mesh_plan import mesh_plan
 
-    if args.dtype not in ITEMSIZE:
-        raise ReshardError(f"unknown dtype {args.dtype!r}; known: {', '.join(ITEMSIZE)}")
     mesh = tuple(args.mesh) if args.mesh else (args.ranks,)
     if args.mesh and (args.src is None or args.dst is None):
         raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
@@ -180,7 +174,7 @@ def _plan_many(args: argparse.Namespace, shapes: tuple) -> int:
     reports = []
     for k, shape in enumerate(shapes):
         try:
-            reports.append(plan_summary(shape, src, dst, mesh, ITEMSIZE[args.dtype]))
+            reports.append(mesh_plan(shape, src, dst, mesh, args.dtype))
         except ReshardError as exc:  # which of the shapes it is
             raise type(exc)(f"tensor {k} ({'x'.join(map(str, shape))}): {exc}") from None
     size = reports[0]["ranks"]
@@ -201,7 +195,6 @@ def _plan_many(args: argparse.Namespace, shapes: tuple) -> int:
 
     console = make_console()
     for report in reports:
-        report["dtype"] = args.dtype
         render_mesh_plan(console, report, args.lang)
     console.print(say("meshplan.many", args.lang, n=len(shapes), low=human_bytes(min(sent)), high=human_bytes(max(sent)),
                       most_in=human_bytes(max(received))) + (say("meshplan.own", args.lang, own=own) if own else ""))
