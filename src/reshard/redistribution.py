@@ -364,19 +364,21 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     def check_all(_: Any) -> list:
         out = []
         for i, (x, s, d, g) in enumerate(zip(xs, srcs, dsts, gshapes)):
+            check_array(x, f"tensor {i}", need_dims=False)  # its message names the tensor
             try:
-                check_array(x, f"tensor {i}", need_dims=False)
                 out.append(validate.redistribute(x, s, d, mesh_shape, coord, g, rule, world, names))
             except ReshardError as exc:
                 raise type(exc)(f"tensor {i}: {exc}") from None
         return out
 
     checked = call.validate(check_all, need_dims=False)
+    call.record.tensors = len(xs)  # a rank given one tensor, or another count, is named as such
     call.numpy_in = False  # each tensor converted below, each result back
     call.arrays = array_backend("torch" if torch_arrays else "numpy")
     described = [f"{dtype_name(x)} {x.ndim}-d" if hasattr(x, "ndim") and hasattr(x, "dtype") else type(x).__name__
                  for x in xs]
-    texts = [f"{layout_text(a.src)} -> {layout_text(a.dst)}" for a in checked] if checked is not None else []
+    shown = (lambda layout: repr(layout[0])) if world else layout_text  # a world's layout: its one placement
+    texts = [f"{shown(a.src)} -> {shown(a.dst)}" for a in checked] if checked is not None else []
     given = [None if a.global_shape is None else list(a.global_shape) for a in checked] if checked is not None else []
     call.record.args = tuple(validate.crc(v) for v in (described, texts, (given, mesh_shape, rule)))
     for name, value in zip(("tensors", "layouts", "global_shape"), (described, texts, given)):

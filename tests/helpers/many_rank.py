@@ -76,6 +76,12 @@ def many_bad(comm, case):
         dst = [rs.Shard(1), rs.Shard(5) if comm.rank == 0 else rs.Shard(1), rs.Shard(1)]
     if case == "count on rank 1" and comm.rank == 1:
         xs = xs[:2]
+    if case == "one tensor on rank 1" and comm.rank == 1:
+        xs = xs[0]
+    if case == "empty list on rank 1" and comm.rank == 1:
+        xs = []
+    if case == "not an array on rank 0" and comm.rank == 0:
+        xs[1] = None
     if case == "src list length":
         src = [rs.Shard(0), rs.Shard(0)]
     if case in ("unsplit dim on rank 2", "replicated shape on rank 2") and comm.rank == 2:

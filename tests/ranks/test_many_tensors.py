@@ -88,7 +88,10 @@ def test_gradients_and_started_calls_as_for_one_tensor():
 @pytest.mark.parametrize("case,kind,words", [
     ("dtype on rank 1", "MismatchError", "tensors differ across ranks"),
     ("bad dim on rank 0", "InvalidArgument", "tensor 1"),
-    ("count on rank 1", "MismatchError", "tensors differ across ranks"),
+    ("count on rank 1", "MismatchError", "input differs across ranks: ranks 0,2: a list of 3 tensors; rank 1: a list of 2"),
+    ("one tensor on rank 1", "MismatchError", "input differs across ranks: ranks 0,2: a list of 3 tensors; rank 1: one tensor"),
+    ("empty list on rank 1", "MismatchError", "ranks 0,2: a list of 3 tensors; rank 1: an empty list"),
+    ("not an array on rank 0", "InvalidArgument", "tensor 1 must be a torch.Tensor or numpy.ndarray, got builtins.NoneType"),
     ("src list length", "InvalidArgument", "one per tensor"),
     ("unsplit dim on rank 2", "MismatchError", "tensor 1: redistribute: dim 1 differs across ranks"),
     ("replicated shape on rank 2", "MismatchError", "tensor 1: redistribute: dim 1 differs across ranks"),
@@ -96,8 +99,8 @@ def test_gradients_and_started_calls_as_for_one_tensor():
 def test_bad_input_among_many_names_the_tensor_on_every_rank(case, kind, words):
     for rank, (got, text) in enumerate(rs.spawn(many_rank.many_bad, 3, args=(case,), timeout=120)):
         assert got == kind and words in text, (rank, got, text)
-        if case == "bad dim on rank 0":
-            assert "rank 0" in text
+        if case in ("bad dim on rank 0", "not an array on rank 0"):
+            assert "rank 0" in text and "tensor 1: tensor 1" not in text, text
         if "on rank 2" in case and kind == "MismatchError":
             assert "ranks 0,1: 6; rank 2: 7" in text, text
 

@@ -36,6 +36,7 @@ class Record:
     global_shape: tuple[int, ...] | None = None
     error_code: int = 0
     message: str = ""
+    tensors: int = -1  # a call on a list: how many tensors it was given (-1: one tensor)
     arg_names: tuple[str, ...] = field(default=(), compare=False)
 
     def fail(self, exc: ReshardError) -> None:
@@ -43,8 +44,11 @@ class Record:
         self.message = str(exc)
 
 
+_HEAD = 7  # magic, ndim, error code, split sizes given, global shape given, their count, tensors
+
+
 def _int_len(size: int) -> int:
-    return 6 + MAX_DIMS + MAX_ARGS + MAX_DIMS + size
+    return _HEAD + MAX_DIMS + MAX_ARGS + MAX_DIMS + size
 
 
 def _put_seq(ints: np.ndarray, at: int, values: Sequence[int] | None, width: int) -> None:
@@ -64,7 +68,8 @@ def encode(rec: Record, size: int) -> np.ndarray:
     ints[3] = rec.split_sizes is not None
     ints[4] = rec.global_shape is not None
     ints[5] = -1 if rec.split_sizes is None else len(rec.split_sizes)
-    at = 6
+    ints[6] = rec.tensors
+    at = _HEAD
     _put_seq(ints, at, None if too_many else shape, MAX_DIMS)
     at += MAX_DIMS
     _put_seq(ints, at, rec.args, MAX_ARGS)
@@ -88,7 +93,7 @@ def decode(raw: np.ndarray, size: int, arg_names: tuple[str, ...]) -> Record:
     if ints[0] != MAGIC:
         raise ReshardError("a peer sent something that is not a reshard check record (is every rank running reshard?)")
     ndim = ints[1]
-    at = 6
+    at = _HEAD
     shape = None if ndim < 0 or ndim > MAX_DIMS else tuple(ints[at : at + ndim])
     at += MAX_DIMS
     args = tuple(ints[at : at + len(arg_names)])
@@ -104,7 +109,7 @@ def decode(raw: np.ndarray, size: int, arg_names: tuple[str, ...]) -> Record:
         pos += width
     return Record(
         op=texts["op"], dtype=texts["dtype"], device=texts["device"], shape=shape, args=args,
-        split_sizes=split, global_shape=gs, error_code=ints[2], message=texts["message"],
+        split_sizes=split, global_shape=gs, error_code=ints[2], message=texts["message"], tensors=ints[6],
         arg_names=arg_names,
     )
 
@@ -121,6 +126,12 @@ def describe_disagreement(what: str, values: Sequence[Any], fmt: Callable[[Any],
         groups.setdefault(fmt(value), []).append(rank)
     parts = [f"{_ranks(ranks)}: {value}" for value, ranks in groups.items()]
     return f"{what} {'differ' if what in _PLURAL else 'differs'} across ranks: " + "; ".join(parts)
+
+
+def _input_text(tensors: int) -> str:
+    if tensors <= 0:
+        return "one tensor" if tensors < 0 else "an empty list"
+    return f"a list of {tensors} tensor{'' if tensors == 1 else 's'}"
 
 
 _PLURAL = {"tensors", "layouts", "split_sizes"}  # the arguments named in the plural
@@ -171,6 +182,9 @@ def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_s
     op = records[0].op
     if len({r.op for r in records}) > 1:
         raise MismatchError("ranks called different collectives: " + describe_disagreement("op", [r.op for r in records]).split(": ", 1)[1])
+    counts = [r.tensors for r in records]
+    if len(set(counts)) > 1:  # a list on some ranks, one tensor or a list of another length on others
+        raise MismatchError(f"{op}: " + describe_disagreement("input", counts, _input_text))
     for attr in ("dtype", "device"):
         values = [getattr(r, attr) for r in records]
         if len(set(values)) > 1:
