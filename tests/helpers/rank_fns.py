@@ -930,3 +930,16 @@ def dtensor_ordered(comm, shape):
     back = rs.redistribute(ours, dst=[Shard(1), Replicate()])  # its order read back from _StridedShard
     out.append(("back", torch.equal(back.to_local(), plain.to_local()), torch.equal(back.full_tensor(), full), True))
     return out
+
+
+def world_specs(comm, shape):
+    """``redistribute`` on the world with Specs (objects and text) for src and dst: each rank's
+    piece of every change among S(0), S(1) and R, as numpy arrays."""
+    full = pattern(shape, "float64")
+    specs = {"S(0)": rs.Spec(0, None), "S(1)": "Spec(None, 0)", "R": rs.Spec(None, None)}
+    out = {}
+    for a, src in specs.items():
+        for b, dst in specs.items():
+            x = np.ascontiguousarray(rs.local_shard(full, src, comm.rank, comm.size))
+            out[(a, b)] = np.asarray(rs.redistribute(x, src, dst))
+    return out

@@ -75,7 +75,7 @@ def test_box_subtract_is_exact():
         assert np.array_equal(grid + inside, np.ones((4, 5), dtype=int)), b
 
 
-def test_every_pair_on_the_issue_meshes_stays_at_the_lower_bound():
+def test_every_pair_on_small_meshes_stays_at_the_lower_bound():
     for mesh_shape in [(1, 4), (4, 1), (2, 2), (1, 2, 2)]:
         for src in itertools.product(MOVABLE, repeat=len(mesh_shape)):
             for dst in itertools.product(MOVABLE, repeat=len(mesh_shape)):

@@ -33,7 +33,7 @@ def nested_piece(full, entries, coord, mesh_shape):
     return out
 
 
-def test_the_issue_example_rows_on_a_2x2_mesh():
+def test_rows_on_a_2x2_mesh_in_either_order():
     names = ("a", "b")
     rows = np.arange(8)
     first = rs.local_shard(rows, Spec(("a", "b")).resolve(2, names), (0, 1), (2, 2))
@@ -63,6 +63,31 @@ def test_another_order_is_another_layout():
     assert layout_text(ordered) == "Spec((1, 0))" and repr(ordered) == "Spec((1, 0))"
     assert parse_placements("Spec((1, 0), None)", 2) == ordered
     assert parse_placements("spec((1,0), None, partial=2)", 3) == Spec((1, 0), partial=2).resolve(3)
+
+
+def test_a_spec_on_the_world_is_its_one_placement():
+    full = np.arange(7 * 5).reshape(7, 5)
+    for spec, placement in [(Spec(0, None), S(0)), (Spec(None, 0), S(1)), (Spec(None, None), R()),
+                            (Spec(None, partial=0), P()), ("Spec(None, 0)", S(1))]:
+        assert rs.parse_placement(spec) == placement
+        for rank in range(3):
+            assert np.array_equal(rs.local_shard(full, spec, rank, 3), rs.local_shard(full, placement, rank, 3))
+    with pytest.raises(rs.InvalidArgument, match="1-D mesh"):
+        rs.parse_placement(Spec(0, 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([(2, 2), (2, 3), (2, 1, 2), (4,)]), st.integers(1, 3), st.data())
+def test_a_printed_layout_reads_back_as_itself(mesh_shape, ndim, data):
+    entries, partial = _entries(data, ndim, len(mesh_shape))
+    layout = Spec(*entries, partial=partial).resolve(len(mesh_shape))
+    printed = layout_text(layout)
+    assert parse_placements(printed, len(mesh_shape)) == layout, printed
+    if not isinstance(layout, Layout) or not layout.order:
+        listed = "[" + ", ".join(map(repr, layout)) + "]"
+        assert parse_placements(listed, len(mesh_shape)) == layout, listed
+        torch_printed = printed.replace("Shard(", "Shard(dim=")  # how DTensor prints a Shard
+        assert parse_placements(torch_printed, len(mesh_shape)) == layout, torch_printed
 
 
 @pytest.mark.parametrize("bad,words", [

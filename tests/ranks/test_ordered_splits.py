@@ -119,3 +119,17 @@ def test_uneven_shapes_and_partial_follow_the_nested_balanced_rule(engine):
                 got = sum(results[q][k] for q in range(4)
                           if all(np.unravel_index(q, mesh_shape)[m] == coord[m] for m in range(2) if m not in partial))
             assert got.shape == piece.shape and np.array_equal(got, piece), (shape, src, dst, r)
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+def test_a_spec_on_the_world_moves_as_its_one_placement(engine):
+    from tests.helpers import rank_fns
+    from tests.helpers.oracle import pattern
+
+    shape = (7, 5)
+    full = pattern(shape, "float64")
+    placements = {"S(0)": rs.Shard(0), "S(1)": rs.Shard(1), "R": rs.Replicate()}
+    for rank, pieces in enumerate(rs.spawn(rank_fns.world_specs, 3, engine=engine, args=(shape,), timeout=120)):
+        for (a, b), piece in pieces.items():
+            want = full if b == "R" else np.array_split(full, 3, axis=placements[b].dim)[rank]
+            assert np.array_equal(piece, want), (a, b, rank)

@@ -118,7 +118,7 @@ def parse_placements(spec: Any, mesh_ndim: int | None = None, names: Sequence[st
     if isinstance(spec, str) and spec.lstrip()[:5].lower() == "spec(":
         return parse_spec(spec).resolve(mesh_ndim, names)
     if isinstance(spec, str):
-        parts = [p for p in re.split(r",(?![^(]*\))", spec) if p.strip()]
+        parts = [p for p in re.split(r",(?![^(]*\))", _unwrapped(spec)) if p.strip()]
         return tuple(parse_placement(p) for p in parts)
     if isinstance(spec, (Shard, Replicate, Partial)):
         return (spec,)
@@ -131,6 +131,21 @@ def parse_placements(spec: Any, mesh_ndim: int | None = None, names: Sequence[st
     except TypeError:
         raise InvalidArgument(f"placements must be a sequence with one placement per mesh dim, got {spec!r}") from None
     return tuple(parse_placement(_from_torch(p)) for p in items)
+
+
+def _unwrapped(text: str) -> str:
+    """``text`` without brackets around the whole of it: ``(Shard(0), Shard(1))`` as printed,
+    or ``[S(0), S(1)]``, reads as ``Shard(0), Shard(1)``."""
+    text = text.strip()
+    if len(text) < 2 or text[0] + text[-1] not in ("()", "[]"):
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if depth == 0 and i < len(text) - 1:
+            return text  # the first bracket closes before the end: "(S(0)), (S(1))" is not wrapped
+    return text[1:-1]
 
 
 def _from_torch(p: Any) -> Any:
@@ -224,7 +239,8 @@ def local_shard(full: Any, placement: Any, rank: Any, size: Any) -> Any:
     coordinate 0 of that mesh dim holds the values and the others zeros (they sum to ``full``);
     for ``avg``, ``max`` and ``min`` every rank holds them.
     """
-    if isinstance(placement, (tuple, list, Spec)) or isinstance(size, (tuple, list)) or isinstance(rank, (tuple, list)):
+    on_mesh = isinstance(size, (tuple, list)) or isinstance(rank, (tuple, list))
+    if isinstance(placement, (tuple, list)) or on_mesh:  # a Spec with a rank and a size: the world, a 1-D mesh
         return _local_shard_mesh(full, placement, rank, size)
     rank = check_int("rank", rank)
     size = check_int("size", size)
@@ -259,7 +275,7 @@ def _local_shard_mesh(full: Any, placements: Any, coord: Any, mesh_shape: Any) -
 
 
 
-_SHARD_RE = re.compile(r"^\s*(?:Shard|S)\s*\(\s*(-?\d+)\s*\)\s*$", re.IGNORECASE)
+_SHARD_RE = re.compile(r"^\s*(?:Shard|S)\s*\(\s*(?:dim\s*=\s*)?(-?\d+)\s*\)\s*$", re.IGNORECASE)
 _PARTIAL_RE = re.compile(r"^\s*(?:Partial|P)\s*\(\s*(?:op\s*=\s*)?['\"]?(\w*)['\"]?\s*\)\s*$", re.IGNORECASE)
 
 
@@ -268,8 +284,11 @@ def parse_placement(spec: Any) -> Placement:
     ``col``/``cols`` (Shard(1)), ``replicate``/``Replicate()``, ``partial``/``Partial(max)``."""
     if isinstance(spec, (Shard, Replicate, Partial)):
         return spec
+    if isinstance(spec, Spec) or isinstance(spec, str) and spec.lstrip()[:5].lower() == "spec(":
+        # the world is a 1-D mesh: a Spec on it names mesh dim 0 at most, one placement
+        return (parse_spec(spec) if isinstance(spec, str) else spec).resolve(1)[0]
     if not isinstance(spec, str):
-        raise InvalidArgument(f"a placement must be Shard(d), Replicate() or Partial(op), got {spec!r}")
+        raise InvalidArgument(f"a placement must be Shard(d), Replicate(), Partial(op) or a Spec, got {spec!r}")
     text = spec.strip()
     lowered = text.lower()
     if lowered in ("row", "rows"):
@@ -285,5 +304,5 @@ def parse_placement(spec: Any) -> Placement:
     if m := _PARTIAL_RE.match(text):
         return Partial(m.group(1) or "sum")
     raise InvalidArgument(
-        f"cannot read placement {spec!r}: use row, col, replicate, partial, Shard(d) or Partial(op)"
+        f"cannot read placement {spec!r}: use row, col, replicate, partial, Shard(d), Partial(op) or Spec(...)"
     )

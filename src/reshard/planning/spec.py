@@ -158,7 +158,8 @@ class Spec:
                     raise InvalidArgument(f"Spec names mesh dim {key!r}, but {where}; use mesh dim numbers or an rs.Mesh")
                 return list(names).index(key)
             if not 0 <= key < ndim:
-                raise InvalidArgument(f"Spec names mesh dim {key}, but the mesh has {ndim} dims")
+                raise InvalidArgument(f"Spec names mesh dim {key}, but the mesh has {ndim} dim{'' if ndim == 1 else 's'}"
+                                      + (" (a world of ranks is a 1-D mesh)" if ndim == 1 else ""))
             return key
 
         out: list[Placement] = [Replicate()] * ndim
