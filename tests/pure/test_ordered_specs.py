@@ -19,6 +19,7 @@ from reshard.planning.layout import Layout, mesh_region, parse_placements, unrav
 from reshard.planning.mesh_plan import MeshPlan
 from reshard.planning.planner import redistribute as plan_redistribute
 from reshard.planning.spec import Spec, layout_text
+from reshard.planning.steps import ExchangeBoxes
 
 S, R, P = rs.Shard, rs.Replicate, rs.Partial
 
@@ -217,3 +218,25 @@ def test_the_pure_mesh_plan_takes_text_tuples_and_specs_alike_and_points_make_pl
     assert ordered["src_spec"] == "Spec((1, 0))" and "dst_spec" not in ordered
     with pytest.raises(rs.InvalidArgument, match=r"rs\.mesh_plan"):
         rs.plan.make_plan((8, 6), "row", "col", (2, 2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([(2, 2), (2, 3), (2, 1, 2), (4,)]), st.lists(st.integers(1, 9), min_size=1, max_size=3),
+       st.data())
+def test_an_exchange_is_named_all_gather_exactly_where_every_rank_keeps_what_it_holds(mesh_shape, shape, data):
+    ndim, mesh_ndim = len(shape), len(mesh_shape)
+    src, dst = (Spec(*_entries(data, ndim, mesh_ndim)[0]).resolve(mesh_ndim) for _ in range(2))
+    # the oracle, on a shape whose every piece holds something (the name is the layouts', not
+    # the shape's): each rank's region after contains its region before, on every rank
+    roomy = [24] * ndim
+    keeps = True
+    for rank in range(int(np.prod(mesh_shape))):
+        coord = unravel(rank, mesh_shape)
+        held, target = mesh_region(roomy, src, coord, mesh_shape), mesh_region(roomy, dst, coord, mesh_shape)
+        if any(not (t0 <= h0 and h1 <= t1) for (h0, h1), (t0, t1) in zip(held, target)):
+            keeps = False
+    moves = [s["collective"] for s in rs.mesh_plan(shape, src, dst, mesh_shape)["steps"] if s["collective"] != "local"]
+    assert moves in ([], ["all_gather" if keeps else "all_to_all"]), (src, dst, moves)
+    step = plan_redistribute(shape, src, dst, mesh_shape, 0).steps
+    if step and isinstance(step[-1], ExchangeBoxes) and step[-1].moves:
+        assert step[-1].collective == ("all_gather" if keeps else "all_to_all"), (src, dst)

@@ -86,6 +86,8 @@ class _Batch:
                     table.append((peer, box, at, n))
                     sizes[peer] = at + _aligned(n)
         self.send_peers, self.recv_peers = sorted(self.send_sizes), sorted(self.recv_sizes)
+        # what the batch does as a whole: an all_gather where every chunk only gathers
+        self.collective = "all_gather" if all(c.step.collective == "all_gather" for c in chunks) else "all_to_all"
         self.send_at = _starts(self.send_peers, self.send_sizes)
         self.recv_at = _starts(self.recv_peers, self.recv_sizes)
         self.send_total, self.recv_total = sum(self.send_sizes.values()), sum(self.recv_sizes.values())
@@ -181,7 +183,7 @@ class ManyRun:
                 for i in chunk.members:
                     mine = self.tensor_stats[i]
                     mine.bytes_sent, mine.bytes_received = sent, received
-                    mine.steps = [ExecutedStep("all_to_all", sent, received)]
+                    mine.steps = [ExecutedStep(chunk.step.collective, sent, received)]
 
     def prepare(self, k: Any, xs: Sequence[Array]) -> list[tuple[Any, list[Array]]]:
         """The first batch's chunks joined (the call's local work before any exchange; a replay
@@ -269,7 +271,7 @@ class ManyRun:
                 stats.bytes_sent += batch.sent
                 stats.bytes_received += batch.received
                 stats.pack_copies += 1  # the join: the one copy before the peers read
-                stats.steps.append(ExecutedStep("all_to_all", batch.sent, batch.received))
+                stats.steps.append(ExecutedStep(batch.collective, batch.sent, batch.received))
                 return
         if self.forms:  # one Alltoallw per chunk into its results, straight from each tensor or from them joined
             for c, chunk in enumerate(batch.chunks):
@@ -283,7 +285,7 @@ class ManyRun:
                     self.forms[id(chunk)](k, stacked, self._result(k, chunk, stacked, outs))
                 stats.bytes_sent += sum(n for _, _, _, n in chunk.sends)
                 stats.bytes_received += sum(n for _, _, _, n in chunk.recvs)
-                stats.end_step("all_to_all", started)
+                stats.end_step(chunk.step.collective, started)
             return
         numpy_in = type(xs[batch.chunks[0].members[0]]).__module__ == "numpy"
         proto = _bytes(0, arrays.name != "torch")
@@ -319,7 +321,7 @@ class ManyRun:
         stats.bytes_received += batch.received
         stats.pack_copies += bool(batch.send_peers)
         stats.unpack_copies += bool(batch.recv_peers)
-        stats.steps.append(ExecutedStep("all_to_all", batch.sent, batch.received))
+        stats.steps.append(ExecutedStep(batch.collective, batch.sent, batch.received))
 
 
 def _bytes(count: int, numpy_in: bool) -> Array:

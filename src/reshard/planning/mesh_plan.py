@@ -346,6 +346,22 @@ class MeshPlan(_Transfers):
         (a Partial destination's fill, or a layout that keeps only part of what a rank holds)."""
         return self.fill_op is not None or self.exchange.src != self.exchange.dst
 
+    def gathers_only(self) -> bool:
+        """Whether the exchange only gathers, as an all_gather does: every rank's result covers
+        all it holds, since each tensor dim's destination splits are the outermost of its
+        source's (dropping inner splits replicates; any other change gives pieces away: an
+        all_to_all). From the layouts alone: the same name for every shape."""
+        src, dst, sizes = self.exchange.src, self.exchange.dst, self.mesh_shape
+
+        def splits(layout: Sequence[Placement], d: int) -> tuple[int, ...]:
+            return tuple(m for m in split_by(layout, d) if sizes[m] > 1)  # a mesh dim of one rank splits nothing
+
+        for d in range(len(self.shape)):
+            kept = splits(dst, d)
+            if splits(src, d)[: len(kept)] != kept:
+                return False
+        return True
+
     def moves(self) -> bool:
         """Whether the exchange moves anything on any rank (every rank takes the same steps)."""
         if self._held_covers_target():
@@ -421,7 +437,8 @@ def plan_summary(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
                       "bytes_sent_per_rank": [v * itemsize for v in sent],
                       "bytes_received_per_rank": [v * itemsize for v in received]})
     elif any(sent):
-        steps.append({"collective": "all_to_all", "over": "the whole mesh", "sums_values": False,
+        steps.append({"collective": "all_gather" if plan.gathers_only() else "all_to_all", "over": "the whole mesh",
+                      "sums_values": False,
                       "bytes_sent_per_rank": [v * itemsize for v in sent],
                       "bytes_received_per_rank": [v * itemsize for v in received]})
     elif plan.local_work():  # each rank keeps part of what it holds, or fills a Partial result

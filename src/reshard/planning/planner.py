@@ -227,7 +227,7 @@ def exchange_boxes(global_shape: Sequence[int], src: Sequence[Placement], dst: S
     moves = plan.moves()
     sends, recvs = plan.rank_exchange(rank) if moves else ([], [])
     return ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs), tuple(plan.kept(rank)),
-                         None, moves, _sources(plan, recvs), shape)
+                         None, moves, _sources(plan, recvs), shape, plan.gathers_only())
 
 
 def first_send(local_shape: Sequence[int], src: Sequence[Placement], dst: Sequence[Placement],
@@ -275,7 +275,8 @@ def _mesh(plan: MeshPlan, rank: int) -> tuple[Step, ...]:
     if moves or plan.local_work():  # the same answer on every rank: every rank takes the step
         sends, recvs = plan.rank_exchange(rank) if moves else ([], [])
         steps.append(ExchangeBoxes(plan.exchange.held(rank), plan.target(rank), tuple(sends), tuple(recvs),
-                                   tuple(plan.kept(rank)), plan.fill_op, moves, _sources(plan, recvs), plan.shape))
+                                   tuple(plan.kept(rank)), plan.fill_op, moves, _sources(plan, recvs), plan.shape,
+                                   plan.gathers_only()))
     return tuple(steps)
 
 

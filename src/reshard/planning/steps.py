@@ -120,7 +120,8 @@ class ExchangeBoxes:
     """One exchange of boxes over a mesh: the rank's input covers ``held``, its result
     ``target``; ``sends``/``recvs`` are (peer, box) ascending by peer, ``kept`` the boxes of
     its own input that stay; with ``fill_op`` the rest of the result holds op's identity.
-    ``moves``: whether any rank moves data (else the step is local work on every rank)."""
+    ``moves``: whether any rank moves data (else the step is local work on every rank);
+    ``gathers``: whether it only gathers (named all_gather, else all_to_all)."""
 
     held: Box
     target: Box
@@ -131,10 +132,13 @@ class ExchangeBoxes:
     moves: bool = True
     sources: tuple[tuple[int, Box], ...] = ()  # (peer, the box its input covers) of each peer in ``recvs``
     shape: tuple[int, ...] = ()  # the global tensor's shape
+    gathers: bool = False  # every rank's result covers all it holds: the exchange is an all_gather
 
     @property
     def collective(self) -> str:
-        return "all_to_all" if self.moves else "local"
+        if not self.moves:
+            return "local"
+        return "all_gather" if self.gathers else "all_to_all"
 
 
 @dataclass(frozen=True)
