@@ -16,7 +16,7 @@ import numpy as np
 
 from .comm import Comm
 from .engines import arena as arena_mod
-from .errors import InvalidArgument
+from .errors import InvalidArgument, UnsupportedDType
 from .execution.arrays import is_torch
 from .execution.buffers import shared_empty
 from .planning.placements import check_int
@@ -41,7 +41,8 @@ def _check_comm(comm: Comm | None, what: str) -> None:
 
 def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> Array:
     """An uninitialised C-order CPU array of ``shape`` and ``dtype`` in the shared arena:
-    a numpy array, or a CPU torch tensor where ``dtype`` is a torch dtype. ``comm``, if
+    a numpy array, or a CPU torch tensor where ``dtype`` is a torch dtype (numbers or bool,
+    what reshard moves; others raise ``UnsupportedDType``). ``comm``, if
     given, is the communicator the array will move on (NCCL is refused: its tensors live on
     the GPU). Like any array, except that it cannot be resized in place; pickling and
     ``share_memory_()`` give ordinary copies.
@@ -62,7 +63,16 @@ def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> A
             like = np.empty(0, dtype=np.dtype(dtype))
         except TypeError as exc:
             raise InvalidArgument(f"empty: dtype must be a numpy or torch dtype, got {dtype!r}") from exc
+        _check_numbers(like, "empty")
     return _in_arena(dims, like)
+
+
+def _check_numbers(like: np.ndarray, op: str) -> None:
+    """Numbers and bool only, as reshard moves: Python objects in shared memory would be
+    pointers into one process, read by its peers."""
+    if like.dtype.kind not in "biufc":
+        raise UnsupportedDType(f"{op}: dtype {like.dtype} cannot be placed in the shared arena: it holds numbers "
+                               "and bool only, the values reshard moves")
 
 
 def empty_like(x: Array, comm: Comm | None = None) -> Array:
@@ -75,6 +85,7 @@ def empty_like(x: Array, comm: Comm | None = None) -> Array:
         return _in_arena(tuple(x.shape), x)
     if not isinstance(x, np.ndarray):
         raise InvalidArgument(f"empty_like: x must be a numpy array or a torch tensor, got {type(x).__name__}")
+    _check_numbers(x, "empty_like")
     return _in_arena(x.shape, x)
 
 

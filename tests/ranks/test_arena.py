@@ -183,6 +183,14 @@ def test_empty_refuses_device_tensors_nccl_and_bad_shapes():
         rs.empty((2,), np.float32, comm="world")
 
 
+@pytest.mark.parametrize("dtype", [object, "U4", [("a", "f4")], "datetime64[s]"])
+def test_empty_refuses_what_is_not_a_number_or_bool(dtype):
+    with pytest.raises(rs.UnsupportedDType, match="numbers and bool only"):
+        rs.empty((2, 2), dtype)
+    with pytest.raises(rs.UnsupportedDType, match="numbers and bool only"):
+        rs.empty_like(np.zeros((2, 2), dtype))
+
+
 def test_arena_arrays_cannot_be_resized_and_pickle_as_ordinary_copies():
     a = rs.empty((16,), np.float32)
     a[:] = np.arange(16)
