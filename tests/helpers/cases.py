@@ -8,10 +8,10 @@ from .oracle import DTYPES, balanced
 
 A2A_SHAPES = [(6, 6), (7, 5), (5, 7), (0, 3), (3, 0), (1, 1), (2, 9), (4, 3, 5), (3, 2, 5, 2), (9,)]
 REDUCE_DTYPES = {
-    "sum": ["float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "complex64"],
+    "sum": ["float64", "float32", "float16", "bfloat16", "int8", "int32", "int64", "uint16", "uint64", "complex64"],
     "avg": ["float64", "float32", "float16", "bfloat16", "complex64"],
-    "max": ["float32", "bfloat16", "int8", "int64", "bool"],
-    "min": ["float64", "float16", "int32", "bool"],
+    "max": ["float32", "bfloat16", "int8", "int64", "uint32", "bool"],
+    "min": ["float64", "float16", "int32", "uint16", "bool"],
 }
 
 

@@ -165,6 +165,8 @@ class TorchArrays:
     def stack_reduce(self, pieces: Any, op: str) -> Any:
         """Reduce ``pieces`` [N, ...] over dim 0, strictly in rank order (bitwise reproducible)."""
         t = self.torch
+        if pieces.device.type == "cpu" and pieces.dtype in _numpy_reduced(t):  # torch has no kernels for them
+            return t.from_numpy(stack_reduce_numpy(numpy_view(pieces), op))
         acc = pieces[0].clone()
         for i in range(1, pieces.shape[0]):
             if op in ("sum", "avg"):
@@ -194,6 +196,27 @@ class TorchArrays:
         return info.max if op == "min" else info.min
 
 
+def _numpy_reduced(torch: Any) -> frozenset:
+    """The torch dtypes whose sums, maxima and minima numpy computes: unsigned ints wider than a
+    byte, which torch stores and copies but cannot add or compare on the CPU."""
+    return frozenset(d for d in (getattr(torch, n, None) for n in ("uint16", "uint32", "uint64")) if d is not None)
+
+
+def stack_reduce_numpy(pieces: np.ndarray, op: str) -> np.ndarray:
+    """Reduce ``pieces`` [N, ...] over dim 0, strictly in rank order (bitwise reproducible)."""
+    acc = pieces[0].copy()
+    for i in range(1, pieces.shape[0]):
+        if op in ("sum", "avg"):
+            np.add(acc, pieces[i], out=acc)
+        elif op == "max":
+            np.maximum(acc, pieces[i], out=acc)
+        else:
+            np.minimum(acc, pieces[i], out=acc)
+    if op == "avg":
+        np.divide(acc, pieces.shape[0], out=acc)
+    return acc
+
+
 class NumpyArrays:
     name = "numpy"
 
@@ -219,17 +242,7 @@ class NumpyArrays:
         return x.dtype.itemsize
 
     def stack_reduce(self, pieces: Any, op: str) -> Any:
-        acc = pieces[0].copy()
-        for i in range(1, pieces.shape[0]):
-            if op in ("sum", "avg"):
-                np.add(acc, pieces[i], out=acc)
-            elif op == "max":
-                np.maximum(acc, pieces[i], out=acc)
-            else:
-                np.minimum(acc, pieces[i], out=acc)
-        if op == "avg":
-            np.divide(acc, pieces.shape[0], out=acc)
-        return acc
+        return stack_reduce_numpy(pieces, op)
 
     def dtype_info(self, x: Any) -> tuple[bool, bool, bool]:
         k = x.dtype.kind
