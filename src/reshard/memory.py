@@ -17,7 +17,7 @@ import numpy as np
 from .comm import Comm
 from .engines import arena as arena_mod
 from .errors import InvalidArgument, UnsupportedDType
-from .execution.arrays import is_torch
+from .execution.arrays import MOVABLE_KINDS, is_torch
 from .execution.buffers import shared_empty
 from .planning.placements import check_int
 
@@ -70,7 +70,7 @@ def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> A
 def _check_numbers(like: np.ndarray, op: str) -> None:
     """Numbers and bool only, as reshard moves: Python objects in shared memory would be
     pointers into one process, read by its peers."""
-    if like.dtype.kind not in "biufc":
+    if like.dtype.kind not in MOVABLE_KINDS:
         raise UnsupportedDType(f"{op}: dtype {like.dtype} cannot be placed in the shared arena: it holds numbers "
                                "and bool only, the values reshard moves")
 

@@ -7,6 +7,7 @@ imported when a torch tensor is actually seen.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -196,6 +197,7 @@ class TorchArrays:
         return info.max if op == "min" else info.min
 
 
+@functools.cache  # asked on every reduction
 def _numpy_reduced(torch: Any) -> frozenset:
     """The torch dtypes whose sums, maxima and minima numpy computes: unsigned ints wider than a
     byte, which torch stores and copies but cannot add or compare on the CPU."""
@@ -270,6 +272,9 @@ def array_backend(name: str) -> Any:
     return _BACKENDS[name]
 
 
+MOVABLE_KINDS = "biufc"  # numpy dtype kinds reshard moves: bool, ints, floats, complex
+
+
 def check_array(x: Any, what: str = "x", need_dims: bool = True) -> None:
     """Reject what no op can take: non-arrays, 0-d inputs where a dim is named, sparse tensors."""
     if is_torch(x):
@@ -279,7 +284,7 @@ def check_array(x: Any, what: str = "x", need_dims: bool = True) -> None:
         raise InvalidArgument(
             f"{what} must be a torch.Tensor or numpy.ndarray, got {type(x).__module__}.{type(x).__name__}"
         )
-    elif x.dtype.kind not in "biufc":
+    elif x.dtype.kind not in MOVABLE_KINDS:
         raise UnsupportedDType(f"{what} has dtype {x.dtype}, which reshard cannot move (numbers and bool only)")
     if need_dims and x.ndim == 0:
         raise InvalidArgument(f"{what} is 0-d; this op names a dim, so it needs at least one dim")

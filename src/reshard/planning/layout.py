@@ -115,7 +115,7 @@ def parse_placements(spec: Any, mesh_ndim: int | None = None, names: Sequence[st
     of ``mesh_ndim`` dims named ``names``; None: the smallest it names) or text such as
     ``"S(0),S(1)"`` or ``"Spec((1, 0), None)"`` (torch's ``Shard``/``Replicate``/``Partial`` are
     read too)."""
-    if isinstance(spec, str) and spec.lstrip()[:5].lower() == "spec(":
+    if _spec_text(spec):
         return parse_spec(spec).resolve(mesh_ndim, names)
     if isinstance(spec, str):
         parts = [p for p in re.split(r",(?![^(]*\))", _unwrapped(spec)) if p.strip()]
@@ -131,6 +131,11 @@ def parse_placements(spec: Any, mesh_ndim: int | None = None, names: Sequence[st
     except TypeError:
         raise InvalidArgument(f"placements must be a sequence with one placement per mesh dim, got {spec!r}") from None
     return tuple(parse_placement(_from_torch(p)) for p in items)
+
+
+def _spec_text(spec: Any) -> bool:
+    """Whether ``spec`` is a Spec as text (``"Spec((1, 0), None)"``)."""
+    return isinstance(spec, str) and spec.lstrip()[:5].lower() == "spec("
 
 
 def _unwrapped(text: str) -> str:
@@ -284,7 +289,7 @@ def parse_placement(spec: Any) -> Placement:
     ``col``/``cols`` (Shard(1)), ``replicate``/``Replicate()``, ``partial``/``Partial(max)``."""
     if isinstance(spec, (Shard, Replicate, Partial)):
         return spec
-    if isinstance(spec, Spec) or isinstance(spec, str) and spec.lstrip()[:5].lower() == "spec(":
+    if isinstance(spec, Spec) or _spec_text(spec):
         # the world is a 1-D mesh: a Spec on it names mesh dim 0 at most, one placement
         return (parse_spec(spec) if isinstance(spec, str) else spec).resolve(1)[0]
     if not isinstance(spec, str):
