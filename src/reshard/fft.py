@@ -253,7 +253,6 @@ def _backend(name: str) -> Any:
 
 def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend: str, kind: str,
          s: Sequence[int] | None = None, check: bool | None = None) -> Array:
-    import numpy as np
 
     from . import ops
     from .execution import execute
@@ -305,7 +304,9 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
     if torch_in:
         import torch
 
-        return torch.from_numpy(np.ascontiguousarray(a))
+        from .execution.arrays import without_negative_strides
+
+        return torch.from_numpy(without_negative_strides(a, contiguous=True))
     return a
 
 

@@ -38,8 +38,8 @@ def layout_view(a: np.ndarray, layout: str) -> np.ndarray:
         big = np.zeros(a.shape[:-1] + (2 * a.shape[-1] + 1,), dtype=a.dtype)
         big[..., 1::2] = a
         return big[..., 1::2]
-    if layout == "negstride":
-        return np.ascontiguousarray(a[::-1])[::-1] if a.ndim else a
+    if layout == "negstride":  # a negative stride along dim 0, even where it has one element
+        return a[::-1].copy()[::-1] if a.ndim else a
     raise ValueError(layout)
 
 
@@ -50,7 +50,7 @@ def to_input(a: np.ndarray, dtype: str, kind: str, layout: str = "contig") -> An
     import torch
 
     if layout == "negstride":  # torch has no negative strides; use a transposed view instead
-        a = np.asfortranarray(a)
+        a = np.array(a, order="F")
     t = torch.from_numpy(a)
     if dtype == "bfloat16":
         t = t.view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(np.ascontiguousarray(a)).to(torch.bfloat16)

@@ -23,7 +23,7 @@ def _as(kind: str, a: np.ndarray):
         return a
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(a))
+    return torch.from_numpy(np.array(a, order="C"))
 
 
 def _np(a) -> np.ndarray:
@@ -102,7 +102,7 @@ def hosts_of(case: dict, n: int) -> list[int] | None:
 def _moe_case(comm: rs.Comm, case: dict) -> str | None:
     r, n = comm.rank, comm.size
     inputs = [moe_inputs(case, i) for i in range(n)]
-    tokens, ids, weights = (_as(case["kind"], a) for a in inputs[r])
+    tokens, ids, weights = (_as(case["kind"], a[::-1].copy()[::-1] if case.get("reversed") else a) for a in inputs[r])
     before = _np(tokens).copy()
     hosts, algorithm = hosts_of(case, n), case.get("algorithm", "auto")
     if hosts is not None and hosts != comm.hosts:  # as a launcher would group them (torchrun's GROUP_RANK)

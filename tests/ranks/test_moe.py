@@ -94,6 +94,9 @@ FIXED_MOE = [
     # three hosts of one rank: the rows across on a thread of their own where the engine allows
     dict(seed=6, tokens=[9, 4, 6], hidden=3, experts=6, k=2, capacity=None, hosts=3, algorithm="hierarchical"),
     dict(seed=7, tokens=[0, 7, 5], hidden=2, experts=9, k=3, capacity=2, hosts=3, algorithm="hierarchical"),
+    # numpy inputs read backwards (a negative stride along the tokens, even where there is one)
+    dict(seed=8, tokens=[1, 3, 1], hidden=3, experts=6, k=1, capacity=None, reversed=True),
+    dict(seed=9, tokens=[1, 2, 0], hidden=2, experts=3, k=2, capacity=None, reversed=True),
 ]
 
 

@@ -290,17 +290,24 @@ def check_array(x: Any, what: str = "x", need_dims: bool = True) -> None:
         raise InvalidArgument(f"{what} is 0-d; this op names a dim, so it needs at least one dim")
 
 
+def without_negative_strides(x: np.ndarray, contiguous: bool = False) -> np.ndarray:
+    """``x``, or a C-ordered copy where a stride is negative (``contiguous``: or where it is not
+    C-contiguous). ``torch.from_numpy`` refuses any negative stride, even along a dim of size 1,
+    where numpy still calls the array contiguous and ``np.ascontiguousarray`` returns it as is."""
+    if any(s < 0 for s in x.strides) or (contiguous and not x.flags.c_contiguous):
+        return np.array(x, order="C")
+    return x
+
+
 def to_torch(x: Any) -> Any:
     """A torch view of a numpy array (no copy unless its strides are negative)."""
     import warnings
 
     import torch
 
-    if not x.flags.writeable or any(s < 0 for s in x.strides):
-        # torch.from_numpy refuses negative strides and warns on read-only arrays; we never
-        # write into the input, so a view is safe where torch allows one.
-        if any(s < 0 for s in x.strides):
-            x = np.ascontiguousarray(x)
+    # torch.from_numpy warns on read-only arrays; we never write into the input, so a view is
+    # safe where torch allows one.
+    x = without_negative_strides(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(x)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..execution import phases
-from ..execution.arrays import array_backend, is_torch
+from ..execution.arrays import array_backend, is_torch, without_negative_strides
 
 Array = Any
 
@@ -217,7 +217,7 @@ def _host_sums_in_place(back: Array, as_tensor: Any, rows: np.ndarray, slot: np.
         out_np, out = None, torch.zeros((held, *trail), dtype=wide, device=src.device)
     w = None
     if weights is not None:
-        w = weights if is_torch(weights) else torch.from_numpy(np.ascontiguousarray(weights))
+        w = weights if is_torch(weights) else torch.from_numpy(without_negative_strides(weights, contiguous=True))
     written = np.zeros(held, dtype=bool)
     for j in range(top_k):
         sel = np.flatnonzero(slot == j)
