@@ -11,7 +11,16 @@ from .engines.available import ENGINES
 from .errors import InvalidArgument, ReshardError
 from .messages import LANGS, say
 from .planning.layout import Shard
-from .tools.cli_common import make_console, parse_shape, parse_shapes, placement, positive
+from .tools.cli_common import (
+    at_least,
+    make_console,
+    non_negative_number,
+    parse_shape,
+    parse_shapes,
+    placement,
+    positive,
+    positive_number,
+)
 from .tools.cli_plan import cmd_plan
 
 # Here rather than in bench (which imports numpy), so the CLI starts light; bench's docstring
@@ -37,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dtype", choices=DEMO_DTYPES, default="float32", help="element type of the matrix (default float32)")
     demo.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     demo.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
-    demo.add_argument("--timeout", type=float, default=60.0, help="seconds before the job is stopped")
+    demo.add_argument("--timeout", type=positive_number, default=60.0, help="seconds before the job is stopped")
     demo.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     demo.add_argument("--png", metavar="FILE", help="also draw the before/after picture as a PNG")
     demo.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page animating the exchange")
@@ -50,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     explain.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
     explain.add_argument("--json", action="store_true", help="the measured facts, machine-readable")
-    explain.add_argument("--timeout", type=float, default=60.0, help="seconds before the job is stopped (default 60)")
+    explain.add_argument("--timeout", type=positive_number, default=60.0, help="seconds before the job is stopped (default 60)")
     explain.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     explain.add_argument("--png", metavar="FILE", help="draw the layout before and after each collective as a PNG")
     explain.add_argument("--html", metavar="FILE", help="a self-contained HTML page animating AllToAll")
@@ -71,15 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--hidden", type=positive, default=7168, help="with --moe: elements per token (default 7168)")
     plan.add_argument("--top-k", type=positive, default=8, help="with --moe: experts per token (default 8)")
     plan.add_argument("--experts", type=positive, default=256, help="with --moe: experts in all (default 256)")
-    plan.add_argument("--link-gbps", type=float, default=50.0, help="with --moe: GB/s of each rank's link across hosts (default 50: a 400 Gb/s NIC)")
+    plan.add_argument("--link-gbps", type=positive_number, default=50.0, help="with --moe: GB/s of each rank's link across hosts (default 50: a 400 Gb/s NIC)")
     plan.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); on a mesh one per mesh dim: 'S(0),S(1)', or a Spec (each tensor dim's mesh dims, outermost first): 'Spec((1, 0), None)'")
     plan.add_argument("--dst", default=None, help="same choices (default col); on a mesh one per mesh dim: 'S(1),S(0)'")
     plan.add_argument("--dtype", default="float32", help="element type, for the byte counts (default float32)")
     plan.add_argument("--rank", type=int, help="plan only this rank's part: its steps, peers and bytes, worked out from that rank alone")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
-    plan.add_argument("--alpha", type=float, default=20e-6, help="seconds per message (latency), default 20e-6")
-    plan.add_argument("--beta", type=float, default=1 / 5e9, help="seconds per byte (1 / bandwidth), default 1/5e9")
+    plan.add_argument("--alpha", type=non_negative_number, default=20e-6, help="seconds per message (latency), default 20e-6")
+    plan.add_argument("--beta", type=non_negative_number, default=1 / 5e9, help="seconds per byte (1 / bandwidth), default 1/5e9")
     bench = sub.add_parser("bench", help="time reshard's collectives beside the raw engine, DTensor and memcpy")
     bench.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     bench.add_argument("--ranks", type=positive, default=4, help="number of local ranks (default 4)")
@@ -90,21 +99,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--overlap", action="store_true", help="time compute hidden behind started calls (async_op=True): an all_to_all of the first --sizes with a matrix multiply, and a MoE layer through rs.moe.pipeline whose experts compute about as long as its exchanges, in 1, 2, 4 and 8 parts (on two hosts with a shaped link: benchmarks/overlap.py)")
     bench.add_argument("--timeline", metavar="PNG", help="with --overlap: draw one 4-part MoE step, every rank's dispatches, expert passes and combines, to this PNG")
     bench.add_argument("--sizes", default="64K..64M", help="bytes per rank: START..END (x4 steps) or a list 1M,16M (default 64K..64M)")
-    bench.add_argument("--factor", type=positive, default=4, help="step between sizes in START..END (default 4)")
+    bench.add_argument("--factor", type=at_least(2), default=4, help="step between sizes in START..END (default 4)")
     bench.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64", "int8"), default="float32", help="element type (default float32)")
     bench.add_argument("--methods", default=",".join(BENCH_METHODS), help=f"comma list of {', '.join(BENCH_METHODS_ALL)} (default: the first five)")
-    bench.add_argument("--iters", type=int, default=0, help="timed iterations per method and size (default: by size)")
-    bench.add_argument("--warmup", type=int, default=2, help="untimed runs per method and size first (default 2)")
+    bench.add_argument("--iters", type=at_least(0), default=0, help="timed iterations per method and size (default: by size)")
+    bench.add_argument("--warmup", type=at_least(0), default=2, help="untimed runs per method and size first (default 2)")
     bench.add_argument("--numpy", action="store_true", help="MPI engine: time numpy arrays instead of torch tensors")
     bench.add_argument("--json", metavar="FILE", help="write every row, sample and ratio as JSON")
     bench.add_argument("--calibrate", action="store_true", help="started by torchrun or mpirun on every host: time the all_to_all inside the hosts and across them, and fit the two-level cost model's numbers per level (with --json FILE, rank 0 writes them for reshard plan --levels)")
     bench.add_argument("--plot", metavar="FILE.png", help="draw busbw against size for each method, floor included")
-    bench.add_argument("--timeout", type=float, default=1800.0, help="seconds before the whole run is stopped (default 1800)")
+    bench.add_argument("--timeout", type=positive_number, default=1800.0, help="seconds before the whole run is stopped (default 1800)")
     bench.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     doctor = sub.add_parser("doctor", help="what is installed here and which engines work (paste it into a bug report)")
     doctor.add_argument("--engine", choices=ENGINES, help="the engine you need: exit 1 when it cannot work here")
     doctor.add_argument("--ranks", type=positive, help="also run a real exchange on this many local ranks of each working engine")
-    doctor.add_argument("--timeout", type=float, default=60.0, help="seconds before a --ranks trial is stopped (default 60)")
+    doctor.add_argument("--timeout", type=positive_number, default=60.0, help="seconds before a --ranks trial is stopped (default 60)")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     return parser

@@ -24,14 +24,24 @@ def _flag(raw: str) -> bool:
     raise ValueError("must be 1/0, true/false, yes/no or on/off")
 
 
-def _seconds(raw: str) -> float:
+def _seconds(raw: Any) -> float:
     try:
         value = float(raw)
-    except ValueError:
+    except (TypeError, ValueError):
         raise ValueError("must be a number of seconds") from None
     if not value > 0 or value == float("inf"):
         raise ValueError("must be a positive, finite number of seconds")
     return value
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """``value`` as seconds to wait (a positive, finite number), else ``InvalidArgument`` naming ``name``."""
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be a number of seconds, got the bool {value!r}")
+    try:
+        return _seconds(value)
+    except ValueError as exc:
+        raise InvalidArgument(f"{name} {exc}, got {value!r}") from None
 
 
 def _bytes(raw: str) -> int:

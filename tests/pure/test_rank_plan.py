@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from reshard.planning import planner
 from reshard.planning.box_geometry import ExchangeGeometry
-from reshard.planning.layout import Replicate, Shard, local_region, mesh_region, shard_sizes
+from reshard.planning.layout import Replicate, Shard, local_region, mesh_region, parse_placement, shard_sizes
 from reshard.planning.mesh_plan import BoxExchange
 from reshard.planning.steps import AllToAll
 from reshard.tools.rank_report import rank_report
@@ -125,6 +125,13 @@ def test_rank_report_matches_the_world_collectives():
     pieces = shard_sizes(35, 4)
     assert both["sent_bytes"] == 4 * (35 - pieces[2]) + 4 * pieces[2] * 3
     assert rank_report((4, 4), "replicate", "col", 0, ranks=2)["steps"][0]["collective"] == "local"
+
+
+def test_a_ranks_part_of_a_world_names_its_layouts_as_the_whole_plan_does():
+    """A world's layout is one placement: ``Shard(0)``, as ``reshard plan`` prints it, not a 1-tuple."""
+    report = rank_report((6, 6), "row", "replicate", 1, ranks=3)
+    assert (report["src"], report["dst"]) == ("Shard(0)", "Replicate()")
+    assert parse_placement(report["src"]) == Shard(0)
 
 
 def _plan(*args: str) -> subprocess.CompletedProcess:

@@ -227,3 +227,22 @@ def test_a_placement_the_cli_cannot_read_is_one_line_naming_the_option(args):
     said = (run.stdout + run.stderr).strip()
     assert run.returncode == 2 and said.startswith(f"error: {option}: cannot read placement"), said
     assert "Traceback" not in said and len(said.splitlines()) == 1, said
+
+
+@pytest.mark.parametrize("args,option", [
+    (("plan", "--shape", "4x4", "--ranks", "3", "--alpha", "-1"), "--alpha"),
+    (("plan", "--shape", "4x4", "--ranks", "3", "--beta", "nan"), "--beta"),
+    (("plan", "--moe", "--link-gbps", "0"), "--link-gbps"),
+    (("demo", "--timeout", "-1"), "--timeout"),
+    (("explain", "--timeout", "0"), "--timeout"),
+    (("doctor", "--timeout", "inf"), "--timeout"),
+    (("bench", "--factor", "1"), "--factor"),
+    (("bench", "--iters", "-3"), "--iters"),
+    (("bench", "--warmup", "-1"), "--warmup"),
+])
+def test_a_number_option_out_of_its_range_is_refused_naming_the_option(args, option):
+    """A negative latency, a zero bandwidth or timeout, a size step of 1 (which never reaches
+    the end) and negative counts are refused before anything runs."""
+    run = reshard_cli(*args)
+    assert run.returncode == 2 and f"argument {option}: needs" in run.stderr, (run.stdout, run.stderr)
+    assert "Traceback" not in run.stdout + run.stderr

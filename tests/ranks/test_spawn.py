@@ -89,3 +89,11 @@ def test_ranks_listen_on_loopback_only():
 def test_a_job_starts_with_the_collectives_imported():
     """The fork server imports them once, so a job's first call does not (85-170 ms here)."""
     assert rs.spawn(rank_fns.collectives_loaded, 2) == [True, True]
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "soon", True])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused_before_any_rank_starts(bad):
+    with pytest.raises(rs.InvalidArgument, match="timeout"):
+        rs.spawn(rank_fns.identity, 2, timeout=bad)
+    with pytest.raises(rs.InvalidArgument, match="timeout"):
+        rs.init(timeout=bad)

@@ -63,6 +63,8 @@ def parse_sizes(text: str, factor: int = 4) -> list[int]:
         lo, hi = (parse_size(t) for t in text.split("..", 1))
         if hi < lo:
             raise ValueError(f"{text!r}: the end is below the start")
+        if factor < 2:  # a step of 1 would never reach the end
+            raise ValueError(f"the step between sizes must be at least 2, got {factor}")
         sizes = [lo]
         while sizes[-1] * factor <= hi:
             sizes.append(sizes[-1] * factor)

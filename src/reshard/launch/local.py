@@ -29,6 +29,7 @@ from ..engines.available import ENGINES, default_engine, missing_for
 from ..errors import InvalidArgument, MissingDependency
 from ..execution import activity
 from ..planning.layout import check_int
+from ..settings import check_seconds
 from .output import RankOutput
 from .payload import main_not_imported, pack, unguarded_call_site
 from .process import FAILURE_GRACE_S
@@ -80,7 +81,7 @@ def spawn(
             f"rs.spawn is called at the top level of the script ({site}); put the call under "
             f"`if __name__ == \"__main__\":` so that importing the script does not start a job"
         )
-    timeout = float(timeout)
+    timeout = check_seconds("timeout", timeout)
     payload = pack(fn, tuple(args))
     with _sigterm_stops_the_job():
         if engine == "mpi":

@@ -4,6 +4,7 @@ terminal they print to."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from ..errors import InvalidArgument
@@ -35,13 +36,41 @@ def placement(text: str, option: str):
 
 
 def positive(text: str) -> int:
+    return at_least(1)(text)
+
+
+def at_least(least: int):
+    """An argparse type: an integer of at least ``least``."""
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"needs at least {least}, got {value}")
+        return value
+    return read
+
+
+def number(text: str, zero: bool) -> float:
+    """A finite float, above zero (or at least zero with ``zero``), for argparse."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"needs at least 1, got {value}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise argparse.ArgumentTypeError(f"needs a finite number {'of at least 0' if zero else 'above 0'}, got {text}")
     return value
+
+
+def positive_number(text: str) -> float:
+    """A finite float above zero: seconds, bandwidths."""
+    return number(text, zero=False)
+
+
+def non_negative_number(text: str) -> float:
+    """A finite float of at least zero: the cost model's seconds per message or per byte."""
+    return number(text, zero=True)
 
 
 PIPED_WIDTH = 100  # columns of output to a pipe or a file when COLUMNS does not say

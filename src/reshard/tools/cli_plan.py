@@ -85,7 +85,7 @@ def _plan_moe(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    grid = Table(title=f"MoE across {hosts} hosts x {args.ranks_per_host} ranks: {args.tokens:,} tokens of {args.hidden:,} "
+    grid = Table(title=f"MoE across {hosts} host{'s' if hosts != 1 else ''} x {args.ranks_per_host} ranks: {args.tokens:,} tokens of {args.hidden:,} "
                        f"per rank, top-{args.top_k} of {args.experts} experts (uniform routing), FP8 dispatch, BF16 combine")
     for name in ("path", "rows across per rank", "dispatch: bytes per rank / per host link", "combine: bytes per rank / per host link",
                  f"time at {args.link_gbps:g} GB/s per rank: dispatch / combine"):

@@ -139,7 +139,7 @@ def rank_report(shape: Sequence[int], src: Any, dst: Any, rank: int, dtype: str 
         regions = _world_regions(shape, src_t[0], step, rank, mesh_shape[0]) if world else None
         steps.append(_step(step, over, sent, received, item, regions))
     peers = sorted({p for st in steps for p in (*st["sends_to"], *st["receives_from"])})
-    names = (lambda p: repr(p)) if world else (lambda ps: layout_text(ps) if orders_of(ps) else [repr(p) for p in ps])
+    names = (lambda ps: repr(ps[0])) if world else (lambda ps: layout_text(ps) if orders_of(ps) else [repr(p) for p in ps])
     where: dict[str, Any] = {"ranks": mesh_shape[0]} if world else {
         "mesh": list(mesh_shape), "ranks": plan.size, "coord": list(coord)}
     return {
