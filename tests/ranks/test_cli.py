@@ -31,6 +31,9 @@ def test_demo_shows_the_row_to_column_example():
     (("--shape", "5x7", "--ranks", "2", "--src", "col", "--dst", "row", "--dtype", "int8"), ["rows 0-4, cols 0-3", "rows 0-2, cols 0-6", "OK"]),
     (("--src", "Shard(0)", "--dst", "replicate", "--dtype", "bfloat16"), ["replicated", "OK"]),
     (("--ranks", "2", "--lang", "ko"), ["행(row) 분할", "값을 더하지 않는다", "확인"]),
+    # ordered splits: the check takes the order of --dst, as the exchange does
+    (("--mesh", "2x2", "--shape", "8x4", "--src", "Spec((0, 1), None)", "--dst", "Spec((1, 0), None)"),
+     ["OK: all 4 ranks hold exactly their part of A under Spec((1, 0))"]),
 ])
 def test_demo_options(args, needles):
     run = reshard_cli("demo", *args)

@@ -8,7 +8,7 @@ from ..engines.available import installed
 from ..errors import MissingDependency
 from ..messages import say
 from ..planning.layout import Partial, Placement, Replicate, local_shard
-from ..planning.spec import layout_text
+from ..planning.spec import layout_text, map_placements
 from ..viz.terminal import render_demo
 
 
@@ -122,7 +122,7 @@ def demo_mesh_rank(comm: Any, mesh_shape: tuple, shape: tuple[int, int], src: tu
 def verify_mesh(shape: tuple[int, int], dtype: str, mesh_shape: tuple, dst: tuple, coords: list, outs: list) -> dict[int, str]:
     """Rank -> what is wrong (empty when every rank holds its part; Partial parts summed)."""
     full = global_matrix(shape, dtype)
-    whole = tuple(Replicate() if isinstance(p, Partial) else p for p in dst)
+    whole = map_placements(dst, lambda p: Replicate() if isinstance(p, Partial) else p)  # the split order kept
     partial = [m for m, p in enumerate(dst) if isinstance(p, Partial)]
     problems = {}
     for r, (coord, out) in enumerate(zip(coords, outs)):
