@@ -96,6 +96,18 @@ def test_bench_on_a_mesh_counts_the_bytes_each_method_sends(tmp_path):
     assert rows["dtensor"]["sent_bytes"] >= 3 * rows["reshard"]["sent_bytes"]
 
 
+def test_bench_on_a_mesh_gives_dtensor_an_ordered_layout_as_its_strided_shards(tmp_path):
+    """DTensor moves the same ordered layout (its _StridedShard), so its results are right."""
+    out = tmp_path / "m.json"
+    run = reshard_cli("bench", "--mesh", "2x2", "--src", "S(0),S(0)", "--dst", "Spec((1, 0), None)", "--sizes", "64K",
+                      "--iters", "1", "--warmup", "1", "--json", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"reshard", "reshard-nocheck", "dtensor"}
+    assert all(r["wrong"] == 0 for r in rows.values()), {m: r["wrong"] for m, r in rows.items()}
+    assert rows["dtensor"]["sent_bytes"] > 0  # the two orders differ: it is not the same layout
+
+
 def test_bench_overlap_times_started_calls_and_the_moe_pipeline(tmp_path):
     out, png = tmp_path / "o.json", tmp_path / "step.png"
     run = reshard_cli("bench", "--overlap", "--ranks", "2", "--sizes", "64K", "--iters", "1", "--json", str(out),

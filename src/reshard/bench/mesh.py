@@ -67,7 +67,7 @@ def mesh_methods(case: Any, nbytes: int, wanted: list[str], mesh_shape: tuple, s
 
     from .. import ops
     from ..mesh import Mesh
-    from ..planning.layout import Partial, Replicate, Shard, local_shard
+    from ..planning.layout import Partial, Replicate, local_shard
     from .check import count_wrong
 
     comm = case.comm
@@ -89,13 +89,15 @@ def mesh_methods(case: Any, nbytes: int, wanted: list[str], mesh_shape: tuple, s
 
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import DTensor
-        from torch.distributed.tensor import Replicate as TR
-        from torch.distributed.tensor import Shard as TS
+        from torch.distributed.tensor import Partial as TorchPartial
+
+        from ..redistribution import _torch_placements
 
         logging.getLogger("torch.distributed.tensor").setLevel(logging.ERROR)
         device_mesh = init_device_mesh("cpu", mesh_shape)
-        as_torch = [TS(p.dim) if isinstance(p, Shard) else TR() for p in dst if not isinstance(p, Partial)]
-        dt = DTensor.from_local(x, device_mesh, [TS(p.dim) if isinstance(p, Shard) else TR() for p in src],
+        # DTensor's own placements, a split order as its _StridedShard
+        as_torch = [p for p in _torch_placements(dst, mesh_shape) if not isinstance(p, TorchPartial)]
+        dt = DTensor.from_local(x, device_mesh, _torch_placements(src, mesh_shape),
                                 run_check=False, shape=shape, stride=(shape[1], 1))
         if len(as_torch) == len(dst) and all(not isinstance(p, Partial) for p in src):
             def theirs() -> Any:
