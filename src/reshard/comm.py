@@ -212,6 +212,7 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
         return _current
     if engine is not None and engine not in ENGINES:
         raise InvalidArgument(f"engine must be one of {ENGINES} or None, got {engine!r}")
+    settings.check_set()
     timeout = settings.check_seconds("timeout", timeout) if timeout is not None else settings.read("RESHARD_TIMEOUT")
     check = check and settings.read("RESHARD_CHECK")
     found = launcher_env()

@@ -67,7 +67,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("RESHARD_TIMEOUT", "seconds every collective may wait for its peers before raising CommTimeout "
              "(rs.init; rs.spawn passes its own timeout)", 300.0, _seconds),
     Variable("RESHARD_CHECK", "0 turns off the cross-rank agreement check of repeated calls by default "
-             "(as rs.init(check=False))", True, _flag),
+             "(as rs.init(check=False) or rs.spawn(check=False))", True, _flag),
     Variable("RESHARD_SHM", "0 keeps every pair this rank belongs to on the engine's messages "
              "(no shared memory between same-host gloo ranks)", True, _flag),
     Variable("RESHARD_SHM_MIN_BYTES", "the smallest message that goes through shared memory; a pair takes the "
@@ -105,6 +105,22 @@ def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
         return var.parse(raw)
     except ValueError as exc:
         raise InvalidArgument(f"environment variable {name}={raw!r}: {exc}") from None
+
+
+def check_set(environ: Mapping[str, str] | None = None) -> None:
+    """Read every setting that is set, so that a value that cannot be read fails when a job
+    starts (``InvalidArgument`` naming each such variable), not at the first call that reads it."""
+    env = os.environ if environ is None else environ
+    wrong = []
+    for var in VARIABLES:
+        if var.set_by_reshard or var.name not in env:
+            continue
+        try:
+            read(var.name, env)
+        except InvalidArgument as exc:
+            wrong.append(str(exc))
+    if wrong:
+        raise InvalidArgument("; ".join(wrong))
 
 
 def unknown(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -13,6 +13,11 @@ from .conformance import run_cases  # noqa: F401  (re-exported for tests)
 from .oracle import pattern, placement_slice
 
 
+def default_check(comm) -> bool:
+    """The communicator's default for the cross-rank agreement check."""
+    return comm.check
+
+
 def identity(comm, value=None):
     return (comm.rank, comm.size, comm.engine, value)
 

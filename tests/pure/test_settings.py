@@ -37,6 +37,14 @@ def test_a_bad_value_names_the_variable(name, text):
         settings.read(name, {name: text})
 
 
+def test_every_bad_setting_is_named_at_once_and_good_ones_pass():
+    with pytest.raises(InvalidArgument) as raised:
+        settings.check_set({"RESHARD_ARENA": "x", "RESHARD_TRACEBACK": "7", "RESHARD_CHECK": "0", "RESHARD_RANK": "1"})
+    said = str(raised.value)
+    assert "RESHARD_ARENA='x'" in said and "RESHARD_TRACEBACK='7'" in said and "RESHARD_CHECK" not in said
+    settings.check_set({"RESHARD_ARENA": "0", "RESHARD_ARENA_BYTES": "4096", "RESHARD_TIMEOUT": "5"})
+
+
 def test_current_lists_set_variables_and_unknown_ones():
     found = settings.current({"RESHARD_CHECK": "0", "RESHARD_CHEK": "1", "PATH": "/bin"})
     assert found == {"RESHARD_CHECK": {"text": "0", "value": False},

@@ -97,3 +97,16 @@ def test_a_timeout_that_is_not_a_positive_finite_number_is_refused_before_any_ra
         rs.spawn(rank_fns.identity, 2, timeout=bad)
     with pytest.raises(rs.InvalidArgument, match="timeout"):
         rs.init(timeout=bad)
+
+
+def test_a_setting_that_cannot_be_read_fails_the_job_before_any_rank_starts(monkeypatch):
+    """RESHARD_ARENA is read only by calls big enough for the arena: a small job would have run."""
+    monkeypatch.setenv("RESHARD_ARENA", "x")
+    with pytest.raises(rs.InvalidArgument, match="RESHARD_ARENA='x'"):
+        rs.spawn(rank_fns.identity, 2)
+
+
+@pytest.mark.parametrize("setting,given,want", [("0", True, False), ("1", True, True), ("1", False, False)])
+def test_reshard_check_sets_the_default_check_of_the_ranks_spawn_starts(monkeypatch, setting, given, want):
+    monkeypatch.setenv("RESHARD_CHECK", setting)
+    assert rs.spawn(rank_fns.default_check, 2, check=given) == [want, want]

@@ -25,11 +25,11 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .. import settings
 from ..engines.available import ENGINES, default_engine, missing_for
 from ..errors import InvalidArgument, MissingDependency
 from ..execution import activity
 from ..planning.layout import check_int
-from ..settings import check_seconds
 from .output import RankOutput
 from .payload import main_not_imported, pack, unguarded_call_site
 from .process import FAILURE_GRACE_S
@@ -60,6 +60,10 @@ def spawn(
     ``engine``: "gloo" (torch.distributed), "nccl" or "mpi"; None takes gloo where torch is
     installed, else MPI (with a ``UserWarning`` saying so). An engine whose library is missing
     raises ``MissingDependency`` naming the extra to install.
+
+    ``check``: the ranks' communicators' default for the cross-rank agreement check
+    (``check=False`` or ``RESHARD_CHECK=0`` turns it off). Every ``RESHARD_*`` setting is read
+    before any rank starts: one that cannot be read raises ``InvalidArgument`` naming it.
     """
     size = check_int("world_size", world_size)
     if size < 1:
@@ -81,7 +85,9 @@ def spawn(
             f"rs.spawn is called at the top level of the script ({site}); put the call under "
             f"`if __name__ == \"__main__\":` so that importing the script does not start a job"
         )
-    timeout = check_seconds("timeout", timeout)
+    timeout = settings.check_seconds("timeout", timeout)
+    settings.check_set()  # the ranks read the same environment: a bad setting fails here, once
+    check = bool(check) and settings.read("RESHARD_CHECK")
     payload = pack(fn, tuple(args))
     with _sigterm_stops_the_job():
         if engine == "mpi":
