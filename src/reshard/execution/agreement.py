@@ -160,6 +160,18 @@ def _own_words(message: str, rank: int, op: str) -> str:
     return message
 
 
+def _coded() -> dict[str, Callable[[int], str]]:
+    """How to show the arguments every op records as a code: a reduction's ``op`` and an
+    ``algorithm``, by the names the user wrote (read only when ranks disagree)."""
+    from ..planning.placements import REDUCE_OPS
+    from ..validate import ALGORITHMS
+
+    def named(names: tuple[str, ...]) -> Callable[[int], str]:
+        return lambda i: repr(names[i]) if 0 <= i < len(names) else str(i)
+
+    return {"op": named(REDUCE_OPS), "algorithm": named(ALGORITHMS)}
+
+
 def compare_dims(op: str, shapes: Sequence[Sequence[int]], free_dims: Sequence[int] = ()) -> None:
     """Raise MismatchError if every rank's shape (``shapes``, the same number of dims) is not
     the same in each dim outside ``free_dims``, naming the dim, each rank's length and shape."""
@@ -193,7 +205,8 @@ def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_s
     for i, name in enumerate(names):
         values = [r.args[i] for r in records]
         if len(set(values)) > 1:
-            raise MismatchError(f"{op}: " + describe_disagreement(name, values, (arg_text or {}).get(name, str)))
+            shown = (arg_text or {}).get(name) or _coded().get(name, str)
+            raise MismatchError(f"{op}: " + describe_disagreement(name, values, shown))
     ndims = [len(r.shape) if r.shape is not None else -1 for r in records]
     if len(set(ndims)) > 1:
         raise MismatchError(f"{op}: " + describe_disagreement("number of dims", ndims))
