@@ -179,7 +179,7 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
                 f"{layout_text(src)}; leave src out (a DTensor carries its layout) or pass its placements"))
     d_pl = parse_placements(dst, len(mesh_shape), names)
     out = redistribute(x.to_local(), src, d_pl, None, mesh[1], tuple(x.shape), check, rule="chunk")
-    return DTensor.from_local(out, device_mesh, _torch_placements(d_pl, mesh_shape), run_check=False, shape=x.shape,
+    return DTensor.from_local(out, device_mesh, torch_placements(d_pl, mesh_shape), run_check=False, shape=x.shape,
                               stride=x.stride())
 
 
@@ -192,7 +192,7 @@ def _reshard_mesh(device_mesh: Any) -> Mesh:
     return mesh[1]
 
 
-def _torch_placements(layout: Any, mesh_shape: tuple[int, ...]) -> list:
+def torch_placements(layout: Any, mesh_shape: tuple[int, ...]) -> list:
     """Our layout in DTensor's placements; an order as ``_StridedShard`` split factors."""
     from torch.distributed.tensor import Partial as TorchPartial
     from torch.distributed.tensor import Replicate as TorchReplicate
@@ -236,7 +236,7 @@ def redistribute_dtensors(xs: list, given_src: Any, dst: Any, check: bool | None
         refuse("redistribute", xs[0].to_local(), mesh.comm, check, exc)
     outs = redistribute_many([x.to_local() for x in xs], srcs, dsts, None, mesh, [tuple(x.shape) for x in xs], check,
                              rule="chunk")
-    return [DTensor.from_local(out, first, _torch_placements(d, mesh_shape), run_check=False, shape=x.shape,
+    return [DTensor.from_local(out, first, torch_placements(d, mesh_shape), run_check=False, shape=x.shape,
                                stride=x.stride()) for x, out, d in zip(xs, outs, dsts)]
 
 

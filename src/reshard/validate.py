@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import InvalidArgument, UnsupportedDType
 from .execution.arrays import array_backend, dtype_name, is_torch
+from .planning.host_costs import ALGORITHMS
 from .planning.layout import (
     REDUCE_OPS,
     Partial,
@@ -76,7 +77,6 @@ class AllToAllArgs:
     algorithm: str = "flat"  # "flat", "hierarchical", or "auto" where the cost model decides
 
 
-ALGORITHMS = ("flat", "hierarchical", "auto")
 
 
 def all_to_all(x: Array, size: int, split_dim: Any, concat_dim: Any, split_sizes: Any, algorithm: Any = "flat",

@@ -91,13 +91,13 @@ def mesh_methods(case: Any, nbytes: int, wanted: list[str], mesh_shape: tuple, s
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor import Partial as TorchPartial
 
-        from ..redistribution import _torch_placements
+        from ..redistribution import torch_placements
 
         logging.getLogger("torch.distributed.tensor").setLevel(logging.ERROR)
         device_mesh = init_device_mesh("cpu", mesh_shape)
         # DTensor's own placements, a split order as its _StridedShard
-        as_torch = [p for p in _torch_placements(dst, mesh_shape) if not isinstance(p, TorchPartial)]
-        dt = DTensor.from_local(x, device_mesh, _torch_placements(src, mesh_shape),
+        as_torch = [p for p in torch_placements(dst, mesh_shape) if not isinstance(p, TorchPartial)]
+        dt = DTensor.from_local(x, device_mesh, torch_placements(src, mesh_shape),
                                 run_check=False, shape=shape, stride=(shape[1], 1))
         if len(as_torch) == len(dst) and all(not isinstance(p, Partial) for p in src):
             def theirs() -> Any:

@@ -163,8 +163,8 @@ def _own_words(message: str, rank: int, op: str) -> str:
 def _coded() -> dict[str, Callable[[int], str]]:
     """How to show the arguments every op records as a code: a reduction's ``op`` and an
     ``algorithm``, by the names the user wrote (read only when ranks disagree)."""
+    from ..planning.host_costs import ALGORITHMS
     from ..planning.placements import REDUCE_OPS
-    from ..validate import ALGORITHMS
 
     def named(names: tuple[str, ...]) -> Callable[[int], str]:
         return lambda i: repr(names[i]) if 0 <= i < len(names) else str(i)

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the all_to_all algorithms a call may name; "auto" lets the cost model below choose
+ALGORITHMS = ("flat", "hierarchical", "auto")
+
 
 @dataclass(frozen=True)
 class Levels:
