@@ -26,7 +26,12 @@ def boxes(draw):
     src_starts = [draw(st.integers(0, 3)) for _ in range(ndim)]
     dst_starts = [draw(st.integers(0, 3)) for _ in range(ndim)]
     steps = [draw(st.sampled_from([1, 1, 2])) for _ in range(ndim)]
-    return tuple(shape), src_starts, dst_starts, steps
+    pads = [2] * ndim
+    if draw(st.booleans()):  # whole along the last dims on both sides: runs that join across dims
+        for d in range(draw(st.integers(1, ndim)), ndim):
+            src_starts[d] = dst_starts[d] = 0
+            steps[d], pads[d] = 1, 0
+    return tuple(shape), src_starts, dst_starts, steps, pads
 
 
 def _random_bytes(nbytes: int, seed: int) -> np.ndarray:
@@ -34,10 +39,10 @@ def _random_bytes(nbytes: int, seed: int) -> np.ndarray:
 
 
 def _places(case):
-    shape, src_starts, dst_starts, steps = case
-    source_shape = tuple(s + n + 2 for s, n in zip(src_starts, shape))
+    shape, src_starts, dst_starts, steps, pads = case
+    source_shape = tuple(s + n + p for s, n, p in zip(src_starts, shape, pads))
     box = tuple(slice(a, a + n) for a, n in zip(src_starts, shape))
-    target_shape = tuple(a + n * k + 2 for a, n, k in zip(dst_starts, shape, steps))
+    target_shape = tuple(a + n * k + p for a, n, k, p in zip(dst_starts, shape, steps, pads))
     boxed = tuple(slice(a, a + n * k, k) for a, n, k in zip(dst_starts, shape, steps))
     return source_shape, box, target_shape, boxed
 
@@ -68,6 +73,8 @@ def test_torch_backend_copy_equals_assignment_bit_for_bit(case, dtype_name, seed
     source_shape, box, target_shape, boxed = _places(case)
 
     def tensor(shape, seed):
+        if not np.prod(shape):  # no bytes to view as the dtype
+            return torch.empty(shape, dtype=dtype)
         raw = torch.from_numpy(_random_bytes(int(np.prod(shape)) * size, seed))
         if dtype == torch.bool:  # only 0 and 1 are bools
             raw = raw % 2

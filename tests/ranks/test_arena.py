@@ -406,6 +406,24 @@ def test_a_list_with_strided_inputs_or_one_tensor_twice_is_right(engine, layouts
     _check_many(per_rank, engine, arena_moves=None)
 
 
+# boxes that cut the last dim into equal short runs: the inputs joined piece by piece
+_MANY_BY_PIECE = [((8, 6), "float32", S(0), S(1)), ((4, 6, 9), "float64", S(0), S(2)), ((6, 12), "int8", S(0), S(1)),
+                  ((5, 6), "complex64", S(0), S(1)), ((8, 6), "float32", S(0), S(1)), ((7, 5), "float64", S(0), S(1)),
+                  ((3, 9), "float16", S(0), S(1))]
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+@pytest.mark.parametrize("layouts", ["contiguous", "views", "twice"])
+def test_a_list_whose_boxes_cut_the_last_dim_into_equal_runs_reads_numpys_parts(as_torch, layouts, small_exchanges):
+    per_rank = rs.spawn(arena_rank.many, 3, "gloo", args=("gloo", (3,), _MANY_BY_PIECE, 3, as_torch, None, layouts),
+                        timeout=180)
+    _check_many(per_rank, "gloo", arena_moves=True)
+    mesh_cases = [((8, 8), "float32", (S(0), S(0)), (S(0), S(1))), ((4, 8, 4), "int64", (S(0), S(1)), (S(0), S(2)))]
+    per_rank = rs.spawn(arena_rank.many, 4, "gloo", args=("gloo", (2, 2), mesh_cases, 3, as_torch, None, layouts),
+                        timeout=180)
+    _check_many(per_rank, "gloo", arena_moves=True)
+
+
 def test_a_list_takes_the_engines_path_on_every_rank_where_one_ranks_arena_is_full(small_exchanges):
     cases = [*_MANY_WORLD, ((96, 48), "float64", S(0), S(1))]  # more than the page its arena holds
     per_rank = rs.spawn(arena_rank.many, 3, "gloo", args=("gloo", (3,), cases, 3, False, 1), timeout=180)

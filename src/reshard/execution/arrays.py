@@ -69,7 +69,8 @@ RUN_ITEM_MIN_BYTES = 16 << 10  # smaller copies: two more views cost more than t
 
 def short_runs(dst: Any, src: Any, most: int) -> bool:
     """Whether ``dst[...] = src`` (one shape and dtype) moves runs of at most ``most`` bytes
-    along a last dim that both hold contiguously, and enough of them to pay for two views.
+    along a last dim that both hold contiguously (with the dims before it that both hold end
+    to end), and enough of them to pay for two views.
     The cheap tests first: most copies are small or of long runs."""
     if dst.nbytes < RUN_ITEM_MIN_BYTES or type(src) is not type(dst):
         return False
@@ -80,9 +81,19 @@ def short_runs(dst: Any, src: Any, most: int) -> bool:
         size = dst.element_size()
         if shape[-1] * size > most or shape[-1] < 2 or dst.stride()[-1] != 1 or src.stride()[-1] != 1:
             return False
+        dst_strides, src_strides, unit = dst.stride(), src.stride(), 1
     else:
         size = dst.itemsize
         if shape[-1] * size > most or shape[-1] < 2 or dst.strides[-1] != size or src.strides[-1] != size:
+            return False
+        dst_strides, src_strides, unit = dst.strides, src.strides, size
+    # dims both hold end to end make one longer run (numpy's copy joins them itself)
+    run = shape[-1] * unit
+    for d in range(len(shape) - 2, -1, -1):
+        if dst_strides[d] != run or src_strides[d] != run:
+            break
+        run *= shape[d]
+        if run // unit * size > most:
             return False
     return tuple(shape) == tuple(src.shape) and dst.dtype == src.dtype and (torch_in or not dst.dtype.hasobject)
 

@@ -1,7 +1,14 @@
 """Many tensors' batch read in place: its chunks joined into one block of the shared arena,
 each rank copying its boxes straight out of its peers' blocks into its results
 (``coalesced.ManyRun`` uses it where the engine would pack and the group shares memory); and
-the joins of like tensors both routes use."""
+the joins of like tensors both routes use.
+
+A chunk whose boxes on this rank cut only its last dim, into equal runs of a few items (the
+row -> column change of many small tensors), is joined piece by piece: each run's rows of
+every tensor end to end. The join then copies short runs (as the engine's pack would), and
+each reader copies one long run per tensor instead of many short ones out of memory another
+core just wrote. The block's header says, per chunk, where it starts and the run width (0:
+joined whole), so a reader follows the writer's choice."""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..engines.arena_link import exchange_tag
-from .arrays import copy_box, numpy_view
+from .arrays import RUN_ITEM_MAX_BYTES, copy_box, numpy_view
 
 Array = Any
 Box = tuple[tuple[int, int], ...]
@@ -40,15 +47,19 @@ class BatchReads:
     def __init__(self, link: Any, batch: Any, dtypes: list[np.dtype]):
         self.link, self.batch, self.dtypes = link, batch, dtypes
         chunks = batch.chunks
-        self.places, at = [], _block_aligned(8 * len(chunks))
+        self.places, at = [], _block_aligned(16 * len(chunks))
+        # a chunk whose boxes cut its last dim into equal runs is joined piece by piece (each
+        # piece's rows end to end): its readers then copy long runs out of a peer's block, not
+        # short ones; the copy in costs about the same
+        self.widths = [_even_last_cut(chunk.step, chunk.itemsize) for chunk in chunks]
         for chunk in chunks:
             self.places.append(at)
             at += _block_aligned(len(chunk.members) * box_numel(chunk.step.held) * chunk.itemsize)
         self.nbytes = at
-        self.header = np.array(self.places, dtype=np.int64)
+        self.header = np.array(self.places + self.widths, dtype=np.int64)
         sent: dict[int, list] = {}
         got: dict[int, list] = {}
-        self.plan: dict[int, list] = {}  # peer -> [(chunk, its block's shape, bytes, [(in it, in the result)])]
+        self.plan: dict[int, list] = {}  # peer -> [(chunk, its rows, the peer's held box, [(box, in the result)])]
         for c, chunk in enumerate(chunks):
             rows, step = len(chunk.members), chunk.step
             sources = dict(step.sources)
@@ -59,13 +70,12 @@ class BatchReads:
                 got.setdefault(peer, []).append((c, rows, origin, box))
                 moves = self.plan.setdefault(peer, [])
                 if not moves or moves[-1][0] != c:
-                    shape = (rows, *(b - a for a, b in origin))
-                    moves.append((c, shape, _numel_shape(shape) * chunk.itemsize, []))
-                moves[-1][3].append((box_slices(box, origin), box_slices(box, step.target)))
+                    moves.append((c, rows, origin, []))
+                moves[-1][3].append((box, box_slices(box, step.target)))
         self.readers = {q: (exchange_tag("many", tuple(v)), 0, 0) for q, v in sent.items()}
         self.writers = {p: exchange_tag("many", tuple(v)) for p, v in got.items()}
-        self.own = [[(box_slices(box, chunk.step.held), box_slices(box, chunk.step.target)) for box in chunk.step.kept
-                     if box_numel(box)] for chunk in chunks]
+        self.own = [[(box, box_slices(box, chunk.step.target)) for box in chunk.step.kept if box_numel(box)]
+                    for chunk in chunks]
 
     def join(self, xs: Sequence[Array]) -> tuple[Any, list[Array]]:
         """The batch's chunks joined into a new block of the arena after its header: (the block,
@@ -80,14 +90,18 @@ class BatchReads:
         for c, chunk in enumerate(self.batch.chunks):
             shape = (len(chunk.members), *(b - a for a, b in chunk.step.held))
             at = self.places[c]
-            stacked.append(join_into(chunk, xs, block[at : at + _numel_shape(shape) * chunk.itemsize], shape))
+            place = block[at : at + _numel_shape(shape) * chunk.itemsize]
+            if self.widths[c]:
+                stacked.append(join_pieces(chunk, xs, place, shape, self.widths[c]))
+            else:
+                stacked.append(join_into(chunk, xs, place, shape))
         return block, stacked
 
     def __call__(self, k: Any, joined: tuple[Any, list[Array]], outs: list[Array],
                  result: Any) -> tuple[bool, list[Array]]:
         """(True, []): the batch was read in place, its results in ``outs``. (False, the joined
-        chunks, if any): the batch takes the engine's path on every rank (some rank's block is
-        not in its arena; each learns it from the notes)."""
+        chunks where all were joined whole, else []): the batch takes the engine's path on every
+        rank (some rank's block is not in its arena; each learns it from the notes)."""
         from ..engines import arena as arena_mod
 
         batch = self.batch
@@ -105,26 +119,34 @@ class BatchReads:
                 views[c] = numpy_view(results[c])
             return views[c]
 
+        count = len(batch.chunks)
+
         def read(peer: int, raw: Any, start: int, extent: int) -> str | None:
-            places = raw[: 8 * len(batch.chunks)].view(np.int64) if raw.size >= 8 * len(batch.chunks) else ()
-            for c, shape, nbytes, moves in self.plan[peer]:
-                at = int(places[c]) if len(places) else -1
-                if at < 0 or at + nbytes > raw.size:
-                    return f"rank {peer}'s joined inputs ({raw.size} bytes) do not hold chunk {c} ({nbytes} bytes)"
-                theirs = raw[at : at + nbytes].view(self.dtypes[c]).reshape(shape)
+            header = raw[: 16 * count].view(np.int64) if raw.size >= 16 * count else ()
+            for c, rows, origin, moves in self.plan[peer]:
+                at, width = (int(header[c]), int(header[count + c])) if len(header) else (-1, 0)
                 out = into(c)
-                for src, dst in moves:
+                for box, dst in moves:
+                    theirs, src = piece_of(raw, at, width, rows, origin, box, self.dtypes[c])
+                    if theirs is None:
+                        return (f"rank {peer}'s joined inputs ({raw.size} bytes) do not hold chunk {c} "
+                                f"(at {at}, runs of {width} items)")
                     copy_box(out[dst], theirs[src])
             return None
 
         def own() -> None:
             for c, moves in enumerate(self.own):
                 out = into(c)
-                for src, dst in moves:
-                    copy_box(out[dst], mine[c][src])
+                for box, dst in moves:
+                    if self.widths[c]:
+                        theirs, src = piece_of(block, self.places[c], self.widths[c], len(batch.chunks[c].members),
+                                               batch.chunks[c].step.held, box, self.dtypes[c])
+                    else:
+                        theirs, src = mine[c], box_slices(box, batch.chunks[c].step.held)
+                    copy_box(out[dst], theirs[src])
 
         if not self.link.exchange(arena_mod.locate(block), self.readers, self.writers, read, k.op, own, keep=block):
-            return False, stacked
+            return False, [] if any(self.widths) else stacked  # chunks joined by piece: stacked anew
         return True, []
 
 
@@ -145,6 +167,50 @@ def numpy_dtype(x: Array) -> np.dtype:
     """The numpy dtype whose copies move ``x``'s items (an unsigned int of its size where numpy
     has no twin of a torch dtype)."""
     return numpy_view(x.reshape(-1)[:0]).dtype
+
+
+def _even_last_cut(step: Any, itemsize: int) -> int:
+    """The width of the runs (items) that ``step``'s boxes on this rank (sent and kept) cut
+    its held box's last dim into, where they cut only that dim, into equal runs of at most
+    ``RUN_ITEM_MAX_BYTES`` bytes, over 2-D boxes and up; else 0."""
+    held = step.held
+    boxes = [box for _, box in step.sends if box_numel(box)] + [box for box in step.kept if box_numel(box)]
+    if len(held) < 2 or len(boxes) < 2:
+        return 0
+    lo, hi = held[-1]
+    width = boxes[0][-1][1] - boxes[0][-1][0]
+    if width * itemsize > RUN_ITEM_MAX_BYTES or (hi - lo) % width:
+        return 0
+    starts = set()
+    for box in boxes:
+        (a, b) = box[-1]
+        if box[:-1] != held[:-1] or b - a != width or (a - lo) % width:
+            return 0
+        starts.add(a)
+    return width if len(starts) == len(boxes) == (hi - lo) // width else 0
+
+
+def piece_of(raw: Any, at: int, width: int, rows: int, origin: Box, box: Box,
+             dtype: np.dtype) -> tuple[Any, tuple[slice, ...]]:
+    """Where ``box`` lies in a peer's joined chunk (``raw``: its block's bytes; the chunk at
+    byte ``at``, joined whole or, with ``width``, piece by piece): (the stacked piece or chunk
+    that holds it, ``box``'s slices there); (None, ()) where the block cannot hold it."""
+    shape = [rows, *(b - a for a, b in origin)]
+    nbytes = _numel_shape(shape) * dtype.itemsize
+    if at < 0 or at + nbytes > raw.size or (width and (width < 1 or shape[-1] % width)):
+        return None, ()
+    if not width or not shape[-1]:
+        return raw[at : at + nbytes].view(dtype).reshape(shape), box_slices(box, origin)
+    lo, pieces = origin[-1][0], shape[-1] // width
+    q = min(max(box[-1][0] - lo, 0) // width, pieces - 1)  # an empty box at the end: the last piece's
+    first = box[-1][0] - lo - q * width
+    if first < 0 or first + box[-1][1] - box[-1][0] > width:
+        return None, ()
+    piece = nbytes // pieces
+    shape[-1] = width
+    inner = ((q * width + lo, q * width + lo + width),)
+    return (raw[at + q * piece : at + (q + 1) * piece].view(dtype).reshape(shape),
+            box_slices(box, origin[:-1] + inner))
 
 
 def _block_aligned(n: int) -> int:
@@ -168,6 +234,41 @@ def join_into(chunk: Any, xs: Sequence[Array], place: Any, shape: tuple[int, ...
     import torch
 
     return fill(torch.from_numpy(place).view(first.dtype).view(shape), members)
+
+
+def join_pieces(chunk: Any, xs: Sequence[Array], place: Any, shape: tuple[int, ...], width: int) -> Array:
+    """The chunk's inputs joined into ``place`` piece by piece: the runs of ``width`` items
+    along the last dim, each piece (all members' rows of it) end to end, as one copy. Returns
+    the block as an array of the inputs' kind, ``[pieces, *shape[:-1], width]``."""
+    members = members_of(chunk, xs)
+    first = members[0]
+    itemsize = chunk.itemsize
+    run = np.dtype((np.void, width * itemsize))
+    pieces = shape[-1] // width
+    lead = _numel_shape(shape[:-1])
+    # the block as [pieces][leading elements][a run]: seen as runs, [leading][pieces]
+    runs = np.lib.stride_tricks.as_strided(place.view(run), (shape[0] * shape[1], *shape[2:-1], pieces),
+                                           _run_strides(shape[1:-1], run.itemsize) + (lead * run.itemsize,))
+    if type(first) is not np.ndarray:
+        members = [numpy_view(m) for m in members]
+    if not c_contiguous(members):
+        members = [np.ascontiguousarray(m) for m in members]
+    np.concatenate([m.view(run) for m in members], out=runs)
+    by_piece = place.view(numpy_dtype(first)).reshape((pieces, *shape[:-1], width))
+    if type(first).__module__ == "numpy":
+        return by_piece.view(first.dtype)
+    import torch
+
+    return torch.from_numpy(by_piece).view(first.dtype)
+
+
+def _run_strides(inner: Sequence[int], run_bytes: int) -> tuple[int, ...]:
+    """C strides of [leading * inner[0], *inner[1:]] runs of ``run_bytes``."""
+    strides, s = [], run_bytes
+    for n in reversed(tuple(inner[1:])):
+        strides.append(s)
+        s *= n
+    return (s, *reversed(strides))
 
 
 def fill(out: Array, members: list[Array]) -> Array:
