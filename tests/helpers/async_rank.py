@@ -158,3 +158,20 @@ def last_exchange_is_the_last_finished(comm):
     gathered = rs.last_exchange().op
     rs.all_reduce(x)
     return gathered, rs.last_exchange().op
+
+
+def started_mixed_list(comm):
+    """A started list call holding a torch tensor and a numpy Partial (moved as torch, its own
+    reduction beside the exchange) on a 2x2 mesh, waited for; whether the results are numpy's."""
+    import torch
+
+    mesh = rs.Mesh((2, 2), comm=comm)
+    summed = np.arange(4 * 4 * 11, dtype=np.float64).reshape(4, 4, 11)
+    mine = summed if mesh.coord[1] == 0 else np.zeros_like(summed)
+    ids = torch.arange(4, dtype=torch.int8)[2 * mesh.coord[1] : 2 * mesh.coord[1] + 2]
+    src = [rs.Spec(None, 0, partial=1), rs.Spec(1)]
+    dst = [rs.Spec(None, None, (1, 0)), rs.Spec(0)]
+    got = rs.redistribute([mine, ids], src, dst, mesh=mesh, async_op=True).wait()
+    full = np.concatenate([summed, summed], axis=1)  # the global array: mesh dim 0 splits dim 1
+    want = rs.local_shard(full, rs.Spec(None, None, (1, 0)), mesh.coord, (2, 2))
+    return bool(np.array_equal(np.asarray(got[0]), want) and got[1].tolist() == [2 * mesh.coord[0], 2 * mesh.coord[0] + 1])

@@ -101,3 +101,34 @@ def test_a_bad_wait_timeout_is_refused():
     handle = rs.Handle("all_gather", 0, __import__("concurrent.futures").futures.Future())
     with pytest.raises(rs.InvalidArgument, match="wait\\(timeout=\\)"):
         handle.wait(timeout=-1)
+
+
+def test_wait_returns_after_the_worker_thread_has_freed_what_it_kept():
+    # a torch tensor freed as a thread ends lets go of the GIL; a process that exited meanwhile aborted
+    import threading
+
+    from reshard.execution import handles
+
+    freed = []
+
+    class FreedSlowly:
+        def __del__(self):
+            time.sleep(0.2)  # long enough that a wait() returning before the thread's end is caught
+            freed.append(True)
+
+    kept = threading.local()
+
+    def run():
+        kept.probe = FreedSlowly()  # the worker thread's own data, freed as it ends
+        return 7
+
+    assert handles.submit("probe", 0, run, None).wait() == 7
+    assert freed == [True]
+
+
+@pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+def test_a_job_that_waited_for_a_started_list_of_torch_and_numpy_ends_cleanly_on_mpi(capfd):
+    for _ in range(3):  # each rank's exit raced its worker's end: most jobs of three aborted a rank
+        assert rs.spawn(async_rank.started_mixed_list, 4, engine="mpi") == [True] * 4
+    out, err = capfd.readouterr()
+    assert "terminate called" not in out + err and "Aborted" not in out + err, (out + err)[-2000:]

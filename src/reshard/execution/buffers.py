@@ -18,6 +18,11 @@ from .stats import Tally
 _kept = threading.local()  # per thread: two threads may run ops on two communicators
 
 
+def drop_thread_buffers() -> None:
+    """Forget the buffers this thread kept (a worker thread that runs out of calls)."""
+    _kept.__dict__.clear()
+
+
 def alloc(arrays: Any, tally: Tally, shape: Sequence[int], like: Any) -> Any:
     """``arrays.empty``, counted: ``explain`` and ``bench`` report the memory an op really took.
     In the shared arena within ``arena.results_here`` (an exchange on the engine's path whose

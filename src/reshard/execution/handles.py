@@ -28,6 +28,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..errors import CommTimeout, InvalidArgument
+from .buffers import drop_thread_buffers
 
 
 class Handle:
@@ -75,6 +76,7 @@ class _Worker:
         self.queue: deque[tuple[Future, Callable[[], Any], Any]] = deque()
         self.active = 0  # calls started and not finished (queued or running)
         self.thread: threading.Thread | None = None
+        self.ended: threading.Thread | None = None  # the last thread that ran out of calls
         self.unwaited: list[Handle] = []
 
     def submit(self, op: str, rank: int, run: Callable[[], Any], comm: Any) -> Handle:
@@ -94,7 +96,11 @@ class _Worker:
         while True:
             with self.lock:
                 if not self.queue:
-                    self.thread = None
+                    # what this thread kept (torch buffers among it) goes now, not as the thread
+                    # ends: freeing a tensor lets go of the GIL, and a thread that cannot take it
+                    # back because the interpreter is finishing aborts the process
+                    drop_thread_buffers()
+                    self.thread, self.ended = None, threading.current_thread()
                     self.idle.notify_all()
                     return
                 future, run, _ = self.queue.popleft()
@@ -123,14 +129,19 @@ class _Worker:
         with self.lock:
             while self.active or self.thread is not None:
                 self.idle.wait()
+            ended = self.ended
+        _join(ended)
 
     def join_if_idle(self) -> None:
         """After a wait(): where nothing else is pending, let the thread end before returning,
         so a program that waited for all it started holds no thread of ours."""
+        ended = None
         with self.lock:
             if self.active == 0 and not self.on_worker():
                 while self.thread is not None:
                     self.idle.wait()
+                ended = self.ended
+        _join(ended)
 
     def close(self, comm: Any) -> None:
         """A communicator closes: calls it started and nobody waited for are finished first,
@@ -147,6 +158,13 @@ class _Worker:
         self.settle()
         with self.lock:
             self.unwaited = [h for h in self.unwaited if not h.waited and not h.done()]
+
+
+def _join(thread: threading.Thread | None) -> None:
+    """Until ``thread`` (one that ran out of calls) has ended, its thread-local data freed: a
+    process that exits while a thread of ours still frees its state can abort."""
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
 
 
 _WORKER = _Worker()
