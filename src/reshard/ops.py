@@ -329,5 +329,5 @@ def redistribute(
         return redistribution.redistribute_dtensor(x, None if src is _SRC_NOT_GIVEN else src, dst, check)
     if mesh is None and (isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list))):
         refuse("redistribute", x, comm, check,
-               InvalidArgument("src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))"))
+               InvalidArgument(validate.WORLD_TUPLE))
     return redistribution.redistribute(x, src, dst, comm, mesh, global_shape, check, hot_tried=True)

@@ -163,12 +163,17 @@ class RedistributeArgs:
         return crc(self.src), crc(self.dst), crc((tuple(mesh_shape), rule))
 
 
+WORLD_TUPLE = "src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))"
+
+
 def redistribute(x: Array, src: Any, dst: Any, mesh_shape: Sequence[int], coord: Sequence[int],
                  global_shape: Any, rule: str, world: bool, names: Sequence[str] | None = None) -> RedistributeArgs:
     """A change on a mesh (``world``: the communicator as the mesh ``(N,)``, with one
     placement each side rather than one per mesh dim); ``names``: the mesh dims' names, which
     a ``Spec`` may use."""
     if world:
+        if isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list)):
+            raise InvalidArgument(WORLD_TUPLE)
         s_pl, d_pl = (parse_placement(src),), (parse_placement(dst),)
     else:
         s_pl = parse_placements(src, len(mesh_shape), names)

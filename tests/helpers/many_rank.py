@@ -82,6 +82,8 @@ def many_bad(comm, case):
         xs = []
     if case == "not an array on rank 0" and comm.rank == 0:
         xs[1] = None
+    if case == "placements tuple on a world":
+        src = [(rs.Shard(0),)] * 3
     if case == "src list length":
         src = [rs.Shard(0), rs.Shard(0)]
     if case in ("unsplit dim on rank 2", "replicated shape on rank 2") and comm.rank == 2:

@@ -96,6 +96,8 @@ def test_gradients_and_started_calls_as_for_one_tensor():
     ("empty list on rank 1", "MismatchError", "ranks 0,2: a list of 3 tensors; rank 1: an empty list"),
     ("not an array on rank 0", "InvalidArgument", "tensor 1 must be a torch.Tensor or numpy.ndarray, got builtins.NoneType"),
     ("src list length", "InvalidArgument", "one per tensor"),
+    ("placements tuple on a world", "InvalidArgument",
+     "tensor 0: src and dst are one placement per mesh dim: pass the mesh (mesh=rs.Mesh(...))"),
     ("unsplit dim on rank 2", "MismatchError", "tensor 1: redistribute: dim 1 differs across ranks"),
     ("replicated shape on rank 2", "MismatchError", "tensor 1: redistribute: dim 1 differs across ranks"),
 ])
