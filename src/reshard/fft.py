@@ -282,6 +282,9 @@ def _run(x: Array, mesh: Mesh, src: Any, axes: Any, dst: Any, norm: str, backend
     if kind == "irfft":
         m = shape[axes[-1]]
         n_last = int(s[-1]) if s is not None else 2 * (m - 1)
+        if s is None and n_last < 1:
+            raise InvalidArgument(f"the last transformed axis (axis {axes[-1]}) has length 1: the output length it "
+                                  "implies, 2 * (1 - 1), is 0; pass s with its real length (1 or 2)")
         if n_last < 1 or n_last // 2 + 1 != m:
             raise InvalidArgument(f"s[-1]={n_last} does not fit the last transformed axis of length {m} (n // 2 + 1)")
         if s is not None and any(n != shape[ax] for n, ax in zip(s[:-1], axes[:-1])):

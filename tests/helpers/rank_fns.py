@@ -684,6 +684,20 @@ def fft_bad_argument(comm, bad_rank, name="norm", value="bogus"):
     return None
 
 
+def fft_irfftn_last_axis_one(comm, s=None):
+    """irfftn of a (4, 6, 1) half spectrum laid out S(0), S(1) on a 2x2 mesh, with ``s`` or
+    without: ("ok", this rank's piece equals numpy's) or the error's class and text."""
+    mesh = rs.Mesh((2, 2), comm=comm)
+    full = np.arange(24, dtype=np.complex128).reshape(4, 6, 1) * (1 + 0.5j)
+    x = rs.local_shard(full, (rs.Shard(0), rs.Shard(1)), mesh.coord, (2, 2))
+    try:
+        y = rs.fft.irfftn(x, mesh, "S(0),S(1)", s=s, dst="S(0),S(1)")
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    want = rs.local_shard(np.fft.irfftn(full, s=s), (rs.Shard(0), rs.Shard(1)), mesh.coord, (2, 2))
+    return "ok", bool(np.allclose(y, want, rtol=1e-12, atol=1e-12))
+
+
 FFT_DIFFERENCES = {  # field: (the call every rank makes, what rank ``odd`` changes)
     "norm": (dict(norm="backward"), dict(norm="ortho")),
     "axes": (dict(axes=(1, 2)), dict(axes=(1,))),

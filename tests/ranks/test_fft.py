@@ -125,6 +125,15 @@ def test_irfftn_refuses_an_s_that_would_pad_or_crop_an_axis_before_the_last():
         assert "padding or cropping" in seen[1], (rank, seen)
 
 
+def test_irfftn_of_a_last_axis_of_length_one_asks_for_s_and_takes_it():
+    # the output length it implies is 0: the refusal named an s the caller never passed
+    for rank, seen in enumerate(rs.spawn(rank_fns.fft_irfftn_last_axis_one, 4, engine="gloo", timeout=120)):
+        assert seen[0] == "InvalidArgument" and "axis 2" in seen[1] and "has length 1" in seen[1], (rank, seen)
+        assert "pass s" in seen[1] and "s[-1]=0" not in seen[1], (rank, seen)
+    assert rs.spawn(rank_fns.fft_irfftn_last_axis_one, 4, engine="gloo", args=((4, 6, 1),), timeout=120) == [
+        ("ok", True)] * 4
+
+
 @pytest.mark.parametrize("field", sorted(rank_fns.FFT_DIFFERENCES))
 def test_arguments_that_differ_on_one_rank_raise_on_every_rank(field):
     """A valid value on each rank, but not the same one (the norm, the axes, the transform, the
