@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..engines import arena as arena_mod
+from . import handles
 from .arrays import is_torch, numel
 from .stats import Tally
 
@@ -21,6 +22,9 @@ _kept = threading.local()  # per thread: two threads may run ops on two communic
 def drop_thread_buffers() -> None:
     """Forget the buffers this thread kept (a worker thread that runs out of calls)."""
     _kept.__dict__.clear()
+
+
+handles.AT_THREAD_END.append(drop_thread_buffers)
 
 
 def alloc(arrays: Any, tally: Tally, shape: Sequence[int], like: Any) -> Any:

@@ -28,7 +28,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..errors import CommTimeout, InvalidArgument
-from .buffers import drop_thread_buffers
+
+# what a worker thread runs as it runs out of calls, in the thread: the layers above that keep
+# per-thread data (``buffers``) register how to free it
+AT_THREAD_END: list[Callable[[], None]] = []
 
 
 class Handle:
@@ -99,7 +102,8 @@ class _Worker:
                     # what this thread kept (torch buffers among it) goes now, not as the thread
                     # ends: freeing a tensor lets go of the GIL, and a thread that cannot take it
                     # back because the interpreter is finishing aborts the process
-                    drop_thread_buffers()
+                    for free in AT_THREAD_END:
+                        free()
                     self.thread, self.ended = None, threading.current_thread()
                     self.idle.notify_all()
                     return
