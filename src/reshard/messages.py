@@ -186,10 +186,14 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "ko": "{collective}: {src} -> {dst}, {shape} {dtype}, rank {ranks}개",
     },
     "plan.split_table": {"en": "split table ({count} transfers between ranks):", "ko": "분할 표 (rank 사이 전송 {count}개):"},
+    "span": {"en": "{low} to {high}", "ko": "{low}~{high}"},
+    "over.the whole mesh": {"en": "the whole mesh", "ko": "mesh 전체"},
+    "over.this rank": {"en": "this rank", "ko": "이 rank"},
+    "over.mesh dim": {"en": "mesh dim {dim}", "ko": "mesh 차원 {dim}"},
     "plan.more": {"en": "... {count} more", "ko": "... {count}개 더"},
     "plan.traffic": {
-        "en": "traffic: {pairs} rank pairs exchange {low} to {high} each",
-        "ko": "트래픽: rank 쌍 {pairs}개가 각각 {low}~{high}를 주고받는다",
+        "en": "traffic: {pairs} rank pairs exchange {amount} each",
+        "ko": "트래픽: rank 쌍 {pairs}개가 각각 {amount}를 주고받는다",
     },
     "plan.bytes": {
         "en": "bytes sent per rank: at most {most}; total on the wire {total} (a rank's own piece does not count)",
@@ -210,13 +214,13 @@ CATALOGUE: dict[str, dict[str, str]] = {
     },
     "meshplan.nothing": {"en": "nothing moves: every rank already holds its part", "ko": "움직이는 것 없음: 모든 rank가 이미 자기 몫을 가진다"},
     "meshplan.step": {
-        "en": "  {k}. {collective} over {over}: each rank sends {low} to {high} ({total} in all), receives at most {most_in}",
-        "ko": "  {k}. {over}에서 {collective}: rank마다 {low}~{high} 송신 (전체 {total}), 최대 {most_in} 수신",
+        "en": "  {k}. {collective} over {over}: each rank sends {amount} ({total} in all), receives at most {most_in}",
+        "ko": "  {k}. {over}에서 {collective}: rank마다 {amount} 송신 (전체 {total}), 최대 {most_in} 수신",
     },
     "meshplan.many": {
-        "en": "In one call: {n} tensors, one check; every exchange of boxes in one step, each rank sending {low} to "
-              "{high} and receiving at most {most_in}",
-        "ko": "한 번의 호출: 텐서 {n}개, 검사 한 번; 모든 상자 교환을 한 단계에서, 각 rank가 {low}~{high}를 보내고 "
+        "en": "In one call: {n} tensors, one check; every exchange of boxes in one step, each rank sending {amount} "
+              "and receiving at most {most_in}",
+        "ko": "한 번의 호출: 텐서 {n}개, 검사 한 번; 모든 상자 교환을 한 단계에서, 각 rank가 {amount}를 보내고 "
               "최대 {most_in}를 받음",
     },
     "meshplan.own": {
@@ -248,6 +252,19 @@ def say(key: str, lang: str = "en", **fields: object) -> str:
         raise KeyError(f"no message {key!r} in the catalogue")
     text = entry.get(lang) or entry["en"]
     return text.format(**fields)
+
+
+def byte_span(low: str, high: str, lang: str = "en") -> str:
+    """``low`` alone where it equals ``high`` (every rank alike), else the range."""
+    return low if low == high else say("span", lang, low=low, high=high)
+
+
+def over_words(over: str, lang: str = "en") -> str:
+    """Where a mesh plan's step runs (``the whole mesh``, ``mesh dim 1``, ``this rank``), in ``lang``."""
+    if over.startswith("mesh dim "):
+        return say("over.mesh dim", lang, dim=over.removeprefix("mesh dim "))
+    key = f"over.{over}"
+    return say(key, lang) if key in CATALOGUE else over
 
 
 def placement_words(placement: object, lang: str = "en") -> str:

@@ -90,7 +90,20 @@ def test_plan_takes_several_shapes_as_the_tensors_of_one_call():
     run = reshard_cli("plan", "--shape", "6x6,9x3", "--ranks", "3")
     assert run.returncode == 0 and "In one call: 2 tensors" in run.stdout
     run = reshard_cli("plan", "--shape", "6x6,9x3", "--ranks", "3", "--rank", "1")
-    assert run.returncode != 0 and "several --shape values" in run.stdout + run.stderr
+    said = run.stdout + run.stderr
+    assert run.returncode != 0 and "several --shape values" in said and "not --rank" in said, said
+
+
+def test_plan_text_gives_one_amount_where_every_rank_sends_alike_and_speaks_korean_throughout():
+    run = reshard_cli("plan", "--shape", "8x8,16x4", "--ranks", "4")
+    # each rank sends 16 B to each of 3 peers per tensor: 48 B each, 96 B for the two
+    assert "each rank sends 48 B (192 B in all)" in run.stdout and "48 B to 48 B" not in run.stdout, run.stdout
+    assert "each rank sending 96 B and" in run.stdout, run.stdout
+    run = reshard_cli("plan", "--shape", "9x7", "--ranks", "4")
+    assert "12 rank pairs exchange 8 B to 24 B each" in run.stdout, run.stdout  # 2x2 up to 3x2 float32 blocks
+    run = reshard_cli("plan", "--shape", "9x7", "--mesh", "2x2", "--src", "P,S(1)", "--dst", "S(0),S(0)", "--lang", "ko")
+    assert "mesh 차원 0에서 reduce_scatter" in run.stdout and "mesh 전체에서 all_to_all" in run.stdout, run.stdout
+    assert "the whole mesh" not in run.stdout and "mesh dim" not in run.stdout, run.stdout
 
 
 def test_plan_on_several_shapes_names_the_one_a_layout_does_not_fit():

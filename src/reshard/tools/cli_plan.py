@@ -111,8 +111,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     shapes = args.shape or ()
     args.shape = shapes[0] if len(shapes) == 1 else None if not shapes else args.shape
     if len(shapes) > 1:
-        if args.moe or args.hosts is not None or args.rank is not None or (args.ranks, args.mesh) == (None, None):
-            raise ReshardError("several --shape values (the tensors of one call) go with --ranks or --mesh only")
+        other = "--moe" if args.moe else "--hosts" if args.hosts is not None else "--rank" if args.rank is not None else None
+        if other is not None:
+            raise ReshardError(f"several --shape values (the tensors of one call) go with --ranks or --mesh, not {other}")
+        if (args.ranks, args.mesh) == (None, None):
+            raise ReshardError("several --shape values (the tensors of one call) need --ranks or --mesh")
         return _plan_many(args, shapes)
     if args.moe:
         return _plan_moe(args)
@@ -189,14 +192,15 @@ def _plan_many(args: argparse.Namespace, shapes: tuple) -> int:
     if args.json:
         print(json.dumps({"tensors": reports, "one_call": call}, indent=2))
         return 0
-    from ..messages import say
+    from ..messages import byte_span, say
     from ..viz.terminal import render_mesh_plan
     from ..viz.text import human_bytes
 
     console = make_console()
     for report in reports:
         render_mesh_plan(console, report, args.lang)
-    console.print(say("meshplan.many", args.lang, n=len(shapes), low=human_bytes(min(sent)), high=human_bytes(max(sent)),
+    console.print(say("meshplan.many", args.lang, n=len(shapes), amount=byte_span(human_bytes(min(sent)), human_bytes(max(sent)),
+                                                                                 args.lang),
                       most_in=human_bytes(max(received))) + (say("meshplan.own", args.lang, own=own) if own else ""))
     return 0
 

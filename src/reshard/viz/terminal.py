@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..messages import placement_words, say
+from ..messages import byte_span, over_words, placement_words, say
 from ..planning.layout import Partial, Placement, Replicate, Shard, local_region, shard_sizes
 from ..planning.plan import describe_region, estimate_seconds, make_plan, summarize_matrix
 from .blocks import block_name, blocks_held, holders
@@ -184,8 +184,8 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float =
     if len(moves) > limit:
         console.print("  " + say("plan.more", lang, count=len(moves) - limit))
     summary = summarize_matrix(plan.traffic_matrix)
-    console.print(say("plan.traffic", lang, pairs=summary["nonzero_pairs"], low=human_bytes(summary["min_pair_bytes"]),
-                      high=human_bytes(summary["max_pair_bytes"])))
+    console.print(say("plan.traffic", lang, pairs=summary["nonzero_pairs"], amount=byte_span(
+        human_bytes(summary["min_pair_bytes"]), human_bytes(summary["max_pair_bytes"]), lang)))
     console.print(say("plan.bytes", lang, most=human_bytes(max(plan.bytes_sent_per_rank)), total=human_bytes(plan.total_bytes)))
     worst = max(plan.memory_per_rank(), key=lambda m: m["peak"])
     console.print(say("plan.memory", lang, before=human_bytes(worst["before"]), peak=human_bytes(worst["peak"]),
@@ -204,8 +204,8 @@ def render_mesh_plan(console: Any, report: dict, lang: str = "en") -> None:
         console.print("  " + say("meshplan.nothing", lang))
     for k, step in enumerate(report["steps"], 1):
         sent, received = step["bytes_sent_per_rank"], step["bytes_received_per_rank"]
-        console.print(say("meshplan.step", lang, k=k, collective=step["collective"], over=step["over"],
-                          low=human_bytes(min(sent)), high=human_bytes(max(sent)), total=human_bytes(sum(sent)),
+        console.print(say("meshplan.step", lang, k=k, collective=step["collective"], over=over_words(step["over"], lang),
+                          amount=byte_span(human_bytes(min(sent)), human_bytes(max(sent)), lang), total=human_bytes(sum(sent)),
                           most_in=human_bytes(max(received))))
     console.print(say("meshplan.bound", lang, total=human_bytes(report["exchange_bytes_total"]),
                       bound=human_bytes(report["exchange_lower_bound_bytes"])))
