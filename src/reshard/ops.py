@@ -327,7 +327,4 @@ def redistribute(
         return replayed
     if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
         return redistribution.redistribute_dtensor(x, None if src is _SRC_NOT_GIVEN else src, dst, check)
-    if mesh is None and (isinstance(src, (tuple, list)) or isinstance(dst, (tuple, list))):
-        refuse("redistribute", x, comm, check,
-               InvalidArgument(validate.WORLD_TUPLE))
     return redistribution.redistribute(x, src, dst, comm, mesh, global_shape, check, hot_tried=True)

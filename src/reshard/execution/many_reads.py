@@ -109,7 +109,6 @@ class BatchReads:
         if block is None:
             self.link.exchange(None, self.readers, self.writers, None, k.op)
             return False, []
-        mine = [numpy_view(s) for s in stacked]
         results: list[Any] = [None] * len(batch.chunks)
         views: list[Any] = [None] * len(batch.chunks)
 
@@ -134,15 +133,13 @@ class BatchReads:
                     copy_box(out[dst], theirs[src])
             return None
 
-        def own() -> None:
+        def own() -> None:  # this rank's own boxes, out of its own block as a peer reads them
             for c, moves in enumerate(self.own):
                 out = into(c)
+                chunk = batch.chunks[c]
                 for box, dst in moves:
-                    if self.widths[c]:
-                        theirs, src = piece_of(block, self.places[c], self.widths[c], len(batch.chunks[c].members),
-                                               batch.chunks[c].step.held, box, self.dtypes[c])
-                    else:
-                        theirs, src = mine[c], box_slices(box, batch.chunks[c].step.held)
+                    theirs, src = piece_of(block, self.places[c], self.widths[c], len(chunk.members), chunk.step.held,
+                                           box, self.dtypes[c])
                     copy_box(out[dst], theirs[src])
 
         if not self.link.exchange(arena_mod.locate(block), self.readers, self.writers, read, k.op, own, keep=block):
