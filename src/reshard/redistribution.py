@@ -12,6 +12,7 @@ import itertools
 import math
 import operator
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from .mesh import Mesh
 from .planning import planner
 from .planning.layout import (
     Partial,
+    Replicate,
     Shard,
     global_shape_of,
     mesh_region,
@@ -169,7 +171,7 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
         refuse("redistribute", x.to_local(), mesh[1].comm, check, exc)
     if given_src is not None:
         try:
-            said = parse_placements(given_src, len(mesh_shape), names)
+            said = _dtensor_placements(given_src, mesh_shape, names)
         except ReshardError as exc:
             said = exc
         if said != src:
@@ -177,7 +179,10 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
             refuse("redistribute", x.to_local(), mesh[1].comm, check, InvalidArgument(
                 f"rank {mesh[1].comm.rank}: redistribute: src={shown} contradicts the DTensor's own placements "
                 f"{layout_text(src)}; leave src out (a DTensor carries its layout) or pass its placements"))
-    d_pl = parse_placements(dst, len(mesh_shape), names)
+    try:
+        d_pl = _dtensor_placements(dst, mesh_shape, names)
+    except ReshardError as exc:
+        refuse("redistribute", x.to_local(), mesh[1].comm, check, exc)
     out = redistribute(x.to_local(), src, d_pl, None, mesh[1], tuple(x.shape), check, rule="chunk")
     return DTensor.from_local(out, device_mesh, torch_placements(d_pl, mesh_shape), run_check=False, shape=x.shape,
                               stride=x.stride())
@@ -226,10 +231,10 @@ def redistribute_dtensors(xs: list, given_src: Any, dst: Any, check: bool | None
     mesh_shape = tuple(mesh.shape)
     try:
         srcs = [_dtensor_layout(x, mesh_shape) for x in xs]
-        dsts = [parse_placements(d, len(mesh_shape), mesh.names) for d in _each("dst", dst, len(xs))]
+        dsts = [_dtensor_placements(d, mesh_shape, mesh.names) for d in _each("dst", dst, len(xs), len(mesh_shape))]
         if given_src is not None:
-            for i, (said, own) in enumerate(zip(_each("src", given_src, len(xs)), srcs)):
-                if parse_placements(said, len(mesh_shape), mesh.names) != own:
+            for i, (said, own) in enumerate(zip(_each("src", given_src, len(xs), len(mesh_shape)), srcs)):
+                if _dtensor_placements(said, mesh_shape, mesh.names) != own:
                     raise InvalidArgument(f"rank {mesh.comm.rank}: redistribute: tensor {i}: src={said} contradicts "
                                           f"the DTensor's own placements {layout_text(own)}; leave src out")
     except ReshardError as exc:
@@ -241,18 +246,22 @@ def redistribute_dtensors(xs: list, given_src: Any, dst: Any, check: bool | None
 
 
 def _dtensor_layout(x: Any, mesh_shape: tuple[int, ...]) -> tuple:
-    """A DTensor's layout as ours: its placements, with the order in which mesh dims split a
-    tensor dim read from ``_StridedShard`` split factors (or its spec's ``shard_order``)."""
+    """A DTensor's layout as ours (``torch_layout`` of its placements and its spec's ``shard_order``)."""
+    return torch_layout(x.placements, mesh_shape, getattr(getattr(x, "_spec", None), "shard_order", None) or ())
+
+
+def torch_layout(placements: Sequence[Any], mesh_shape: tuple[int, ...], shard_order: Any = ()) -> tuple:
+    """DTensor's placements (one per mesh dim) as our layout, with the order in which mesh dims
+    split a tensor dim read from ``_StridedShard`` split factors (or from ``shard_order``)."""
     plain, factors = [], {}
-    for m, p in enumerate(x.placements):
-        if type(p).__name__ == "_StridedShard":
+    for m, p in enumerate(placements):
+        if _strided(p):
             plain.append(Shard(int(p.dim)))
             factors[m] = int(p.split_factor)
         else:
             plain.append(parse_placements([p])[0])
     if not factors:
-        given = getattr(getattr(x, "_spec", None), "shard_order", None) or ()
-        return with_order(plain, [(int(e.tensor_dim), tuple(int(m) for m in e.mesh_dims)) for e in given])
+        return with_order(plain, [(int(e.tensor_dim), tuple(int(m) for m in e.mesh_dims)) for e in shard_order])
     order: dict[int, list[int]] = {}
     for m in reversed(range(len(plain))):  # DTensor's decoding: each split factor places its mesh dim
         p = plain[m]
@@ -265,24 +274,50 @@ def _dtensor_layout(x: Any, mesh_shape: tuple[int, ...]) -> tuple:
                 dims.insert(at, m)
                 break
         else:
-            raise InvalidArgument(f"the DTensor's placements {list(x.placements)} on mesh {list(mesh_shape)} name no "
+            raise InvalidArgument(f"the placements {list(placements)} on mesh {list(mesh_shape)} name no "
                                   "order of mesh dims: a _StridedShard's split factor must be the product of the sizes "
                                   "of the mesh dims that split its tensor dim before it")
     return with_order(plain, {d: tuple(dims) for d, dims in order.items()})
 
 
+def _strided(p: Any) -> bool:
+    return type(p).__name__ == "_StridedShard" and type(p).__module__.startswith("torch.")
+
+
+def _dtensor_placements(value: Any, mesh_shape: tuple[int, ...], names: Sequence[str]) -> tuple:
+    """A layout given for a DTensor: ours (placements, a Spec, text) or DTensor's own placements,
+    ``_StridedShard`` included (as a DTensor's ``placements`` reads)."""
+    if isinstance(value, (list, tuple)) and any(map(_strided, value)):
+        if len(value) != len(mesh_shape):
+            raise InvalidArgument(f"placements must be a sequence with one placement per mesh dim "
+                                  f"({len(mesh_shape)}), got {list(value)}")
+        return torch_layout(value, mesh_shape)
+    return parse_placements(value, len(mesh_shape), names)
+
+
 _MESHES: dict[int, tuple] = {}  # device mesh -> its reshard mesh (sub-communicators made once)
 
 
-def _each(name: str, value: Any, n: int) -> list:
+def _each(name: str, value: Any, n: int, mesh_ndim: int | None = None) -> list:
     """``src``/``dst`` for a call on ``n`` tensors: a list gives one per tensor; anything else
-    (a placement, a tuple of placements, a Spec, text) is one for all."""
+    (a placement, a tuple of placements, a Spec, text) is one for all. On a mesh of
+    ``mesh_ndim`` dims, a list of placement objects, one per mesh dim, is one layout for all
+    (as DTensor writes placements): read per tensor, it could only be refused or mean the same."""
+    if isinstance(value, list) and mesh_ndim is not None and len(value) == mesh_ndim and all(map(_is_placement, value)):
+        return [value] * n
     if isinstance(value, list):
         if len(value) != n:
             raise InvalidArgument(f"{name} is a list of {len(value)} layouts for {n} tensors: give one per tensor, "
                                   "or one layout (not in a list) for all")
         return value
     return [value] * n
+
+
+def _is_placement(p: Any) -> bool:
+    """A placement object: ours, or DTensor's (``_StridedShard`` included)."""
+    if isinstance(p, (Shard, Replicate, Partial)):
+        return True
+    return type(p).__module__.startswith("torch.") and type(p).__name__ in ("Shard", "Replicate", "Partial", "_StridedShard")
 
 
 def _each_shape(global_shape: Any, n: int) -> list:
@@ -321,7 +356,9 @@ def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh
     world = mesh is None
     on = comm if world else mesh.comm
     try:
-        srcs, dsts, gshapes = _each("src", src, n), _each("dst", dst, n), _each_shape(global_shape, n)
+        mesh_ndim = None if world else len(mesh.shape)
+        srcs, dsts = _each("src", src, n, mesh_ndim), _each("dst", dst, n, mesh_ndim)
+        gshapes = _each_shape(global_shape, n)
     except ReshardError as exc:
         refuse("redistribute", np.zeros(1, np.int64), on, check, exc)
     kinds = set(map(type, xs)) if types is None else types

@@ -119,3 +119,45 @@ def many_dtensors(comm):
     except rs.ReshardError as exc:
         refused = f"{type(exc).__name__}: {exc}"
     return out, refused
+
+
+def one_placement_list_for_all(comm):
+    """One layout for every tensor written as a list of placements, one per mesh dim (as DTensor
+    writes them): DTensors and plain tensors on a 2x2 mesh, two and three tensors (two: as many
+    as mesh dims). Per tensor: (local equal to the oracle, placements or type as given); then
+    what a list of three layouts for two tensors raises."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from tests.helpers.oracle import balanced, starts
+
+    def piece(full, placements, coord):  # each tensor dim split by one mesh dim at most
+        index = [slice(None)] * full.ndim
+        for m, p in enumerate(placements):
+            if isinstance(p, rs.Shard):
+                sizes = balanced(full.shape[p.dim], 2)
+                index[p.dim] = slice(starts(sizes)[coord[m]], starts(sizes)[coord[m]] + sizes[coord[m]])
+        return full[tuple(index)]
+
+    device_mesh = init_device_mesh("cpu", (2, 2))
+    fulls = [torch.from_numpy(pattern(s, "float32")) for s in ((8, 6), (5, 7), (6, 3))]
+    out = []
+    for count in (2, 3):
+        dts = [distribute_tensor(f, device_mesh, [Shard(1), Shard(0)]) for f in fulls[:count]]
+        moved = rs.redistribute(dts, dst=[Shard(0), Replicate()])
+        out += [(torch.equal(o.to_local(), distribute_tensor(f, device_mesh, [Shard(0), Replicate()]).to_local()),
+                 list(o.placements) == [Shard(0), Replicate()]) for o, f in zip(moved, fulls)]
+    mesh = rs.Mesh((2, 2))
+    src, dst = [rs.Shard(1), rs.Shard(0)], [rs.Shard(0), rs.Replicate()]
+    for count in (2, 3):
+        xs = [np.ascontiguousarray(piece(f.numpy(), src, mesh.coord)) for f in fulls[:count]]
+        moved = rs.redistribute(xs, src, dst, mesh=mesh)
+        out += [(np.array_equal(o, piece(f.numpy(), dst, mesh.coord)),
+                 type(o) is np.ndarray) for o, f in zip(moved, fulls)]
+    try:
+        rs.redistribute(xs[:2], src, [dst, dst, dst], mesh=mesh)
+        refused = "ok"
+    except rs.ReshardError as exc:
+        refused = f"{type(exc).__name__}: {exc}"
+    return out, refused

@@ -962,3 +962,31 @@ def world_specs(comm, shape):
             x = np.ascontiguousarray(rs.local_shard(full, src, comm.rank, comm.size))
             out[(a, b)] = np.asarray(rs.redistribute(x, src, dst))
     return out
+
+
+def dtensor_own_placements(comm, shape):
+    """A DTensor's ``src`` and ``dst`` written in DTensor's own placements, ``_StridedShard``
+    included: [(what, local equal, full equal, placements equal)] against DTensor's own
+    ``redistribute`` and ``distribute_tensor`` (local None where DTensor cannot distribute it)."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    device_mesh = init_device_mesh("cpu", (2, 2))
+    full = torch.from_numpy(pattern(shape, "float64"))
+    strided = [_StridedShard(0, split_factor=2), Shard(0)]
+    even = shape[0] % 4 == 0  # DTensor itself distributes _StridedShard over even lengths only
+    out = []
+    plain = distribute_tensor(full, device_mesh, [Shard(1), Replicate()])
+    ours = rs.redistribute(plain, dst=strided)
+    want = distribute_tensor(full, device_mesh, strided).to_local() if even else None
+    out.append(("dst strided", None if want is None else torch.equal(ours.to_local(), want),
+                torch.equal(ours.full_tensor(), full), list(ours.placements) == strided))
+    back = rs.redistribute(ours, src=list(ours.placements), dst=[Shard(1), Replicate()])
+    out.append(("src its own placements", torch.equal(back.to_local(), plain.to_local()),
+                torch.equal(back.full_tensor(), full), list(back.placements) == [Shard(1), Replicate()]))
+    many = rs.redistribute([plain, plain.redistribute(device_mesh, [Replicate(), Shard(0)])], dst=strided)
+    out += [("list dst strided", None if want is None else torch.equal(o.to_local(), want),
+             torch.equal(o.full_tensor(), full), list(o.placements) == strided) for o in many]
+    return out

@@ -48,3 +48,12 @@ def test_a_dtensor_split_in_another_order_comes_in_and_goes_out_as_dtensor_has_i
         assert len(results) == (5 if shape[0] % 4 == 0 else 2)
         for what, same_local, same_full, same_placements in results:
             assert same_local is not False and same_full and same_placements, (rank, shape, what)
+
+
+@pytest.mark.parametrize("shape", [(8, 6), (7, 5)])
+def test_src_and_dst_in_dtensors_own_placements_with_strided_shards_are_taken(shape):
+    pytest.importorskip("torch.distributed.tensor.placement_types", reason="torch without _StridedShard")
+    for rank, results in enumerate(rs.spawn(rank_fns.dtensor_own_placements, 4, args=(shape,), timeout=300)):
+        assert [r[0] for r in results] == ["dst strided", "src its own placements", "list dst strided", "list dst strided"]
+        for what, same_local, same_full, same_placements in results:
+            assert same_local is not False and same_full and same_placements, (rank, shape, what)

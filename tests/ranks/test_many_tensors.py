@@ -128,3 +128,10 @@ def test_inputs_in_fortran_order_give_the_right_parts_on_every_engine(engine):
                              timeout=120):
         for got, want, _ in calls:
             assert got == want
+
+
+def test_one_layout_for_all_may_be_a_list_of_placements_one_per_mesh_dim():
+    pytest.importorskip("torch.distributed.tensor")
+    for out, refused in rs.spawn(many_rank.one_placement_list_for_all, 4, timeout=300):
+        assert len(out) == 10 and all(all(flags) for flags in out), out
+        assert refused.startswith("InvalidArgument") and "list of 3 layouts for 2 tensors" in refused, refused
