@@ -201,13 +201,25 @@ def gradients(comm: rs.Comm) -> dict[str, bool]:
     # dispatch -> experts (expert e scales by e + 1) -> combine with weights; on one host, and
     # on one host a rank (the two-level path, on the autograd tape)
     case = dict(seed=7, tokens=[5 + i for i in range(n)], hidden=3, experts=2 * n, k=2, capacity=4, dtype="float64")
+    checks.update(moe_gradients(comm, case, [("flat", comm.hosts), ("hierarchical", list(range(n)))]))
+    return checks
+
+
+def moe_gradients(comm: rs.Comm, case: dict, ways: list) -> dict[str, bool]:
+    """d/dtokens and d/dweights through dispatch -> experts (expert e scales by e + 1) ->
+    combine, for each (algorithm, grouping of the ranks into hosts) of ``ways``, against the
+    closed form (exact: small integers in float64)."""
+    import torch
+
+    r, n = comm.rank, comm.size
+    checks: dict[str, bool] = {}
     tok_np, ids_np, w_np = moe_inputs(case, r)
-    for algorithm, hosts in (("flat", comm.hosts), ("hierarchical", list(range(n)))):
+    for algorithm, hosts in ways:
         comm.hosts, comm.hosts_mesh = hosts, None
         tokens = torch.from_numpy(tok_np).requires_grad_()
         weights = torch.from_numpy(w_np).requires_grad_()
-        expert_in, handle = rs.moe.dispatch(tokens, torch.from_numpy(ids_np), num_experts=case["experts"], capacity=4,
-                                            algorithm=algorithm)
+        expert_in, handle = rs.moe.dispatch(tokens, torch.from_numpy(ids_np), num_experts=case["experts"],
+                                            capacity=case["capacity"], algorithm=algorithm)
         local = case["experts"] // n
         scale = torch.cat([torch.full((c, 1), float(r * local + le + 1), dtype=torch.float64)
                            for le, c in enumerate(handle.tokens_per_expert)])
@@ -218,10 +230,20 @@ def gradients(comm: rs.Comm) -> dict[str, bool]:
         factor = kept * torch.from_numpy(ids_np + 1).to(torch.float64)  # [T, k]: kept * (e + 1)
         want_x = (factor * weights.detach()).sum(1, keepdim=True) * C
         want_w = factor * (tokens.detach() * C).sum(1, keepdim=True)
-        checks[f"dispatch/combine ({handle.algorithm}) d/dtokens"] = torch.allclose(tokens.grad, want_x, rtol=1e-12,
-                                                                                   atol=0)
-        checks[f"dispatch/combine ({handle.algorithm}) d/dweights"] = torch.allclose(weights.grad, want_w, rtol=1e-12,
-                                                                                    atol=0)
+        name = f"{handle.algorithm} on hosts {hosts}"
+        checks[f"dispatch/combine ({name}) d/dtokens"] = torch.allclose(tokens.grad, want_x, rtol=1e-12, atol=0)
+        checks[f"dispatch/combine ({name}) d/dweights"] = torch.allclose(weights.grad, want_w, rtol=1e-12, atol=0)
+    return checks
+
+
+def gradients_with_idle_ranks(comm: rs.Comm, cases: list[dict]) -> dict[str, bool]:
+    """``moe_gradients`` on the two-level path for ``cases`` whose ranks hold no tokens, or
+    forward none to some host, grouped into one host, two and one per rank."""
+    n = comm.size
+    checks: dict[str, bool] = {}
+    for i, case in enumerate(cases):
+        ways = [("hierarchical", [q * hosts // n for q in range(n)]) for hosts in (1, 2, n)]
+        checks.update({f"case {i}: {k}": v for k, v in moe_gradients(comm, case, ways).items()})
     return checks
 
 

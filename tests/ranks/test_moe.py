@@ -189,6 +189,25 @@ def test_gradients_match_a_one_process_reference(engine):
         assert len(checks) >= 12 and any("hierarchical" in name for name in checks)
 
 
+IDLE_RANKS = [
+    dict(seed=11, tokens=[0, 3, 2, 1], hidden=2, experts=8, k=2, capacity=None, dtype="float64"),  # a rank without tokens
+    dict(seed=12, tokens=[2, 0, 0, 3], hidden=3, experts=4, k=1, capacity=None, dtype="float64"),  # a host without tokens
+    dict(seed=13, tokens=[0, 0, 0, 4], hidden=1, experts=8, k=2, capacity=1, dtype="float64"),  # one rank, capacity
+    dict(seed=14, tokens=[0, 0, 0, 0], hidden=2, experts=4, k=2, capacity=None, dtype="float64"),  # nobody
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_two_level_gradients_reach_every_rank_where_ranks_hold_or_forward_no_tokens(engine):
+    # every rank runs the reverse of every exchange, held rows or none: a rank whose result left
+    # one exchange off the autograd tape skipped its reverse, and its peers waited for it
+    results = rs.spawn(moe_rank.gradients_with_idle_ranks, 4, engine=engine, args=(IDLE_RANKS,), timeout=120)
+    for rank, checks in enumerate(results):
+        failed = [name for name, ok in checks.items() if not ok]
+        assert not failed, (rank, failed)
+        assert len(checks) == 2 * 3 * len(IDLE_RANKS), checks
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_example_moe_layer_matches_one_process(engine):
     examples = pathlib.Path(__file__).resolve().parents[2] / "examples"

@@ -171,16 +171,15 @@ def host_sums(back: Array, pair_at: np.ndarray, top_k: int, held: int, weights: 
         floating = back.dtype.is_floating_point or back.dtype.is_complex
         wide = back.dtype if floating else (torch.float64 if weights is not None else torch.int64)
         out = torch.zeros((held, *trail), dtype=wide, device=back.device)
-        for j in range(top_k):
+        for j in range(top_k):  # every slot, none held too: ``back`` and the weights stay on the tape
             sel = np.flatnonzero(slot == j)
-            if sel.size:
-                part = torch.index_select(back, 0, torch.from_numpy(sel).to(back.device)).to(wide)
-                index = torch.from_numpy(rows[sel]).to(back.device)
-                if weights is not None:
-                    part = part * weights[:, j].index_select(0, index).to(wide).reshape(-1, *ones)
-                first = torch.from_numpy(~written[rows[sel]])  # a row's first slot is copied, not added to 0
-                out = out.index_copy(0, index[first], part[first]).index_add(0, index[~first], part[~first])
-                written[rows[sel]] = True
+            part = torch.index_select(back, 0, torch.from_numpy(sel).to(back.device)).to(wide)
+            index = torch.from_numpy(rows[sel]).to(back.device)
+            if weights is not None:
+                part = part * weights[:, j].index_select(0, index).to(wide).reshape(-1, *ones)
+            first = torch.from_numpy(~written[rows[sel]])  # a row's first slot is copied, not added to 0
+            out = out.index_copy(0, index[first], part[first]).index_add(0, index[~first], part[~first])
+            written[rows[sel]] = True
         return out if floating else out.to(back.dtype)
     floating = back.dtype.kind in "fc"
     wide = back.dtype if floating else (np.float64 if weights is not None else np.int64)
@@ -252,7 +251,8 @@ def sum_over_hosts(blocks: Sequence[tuple[Array, np.ndarray]], num_tokens: int) 
     included); a token with none gives zeros."""
     first = blocks[0][0]
     trail = tuple(first.shape[1:])
-    blocks = [(rows, tokens) for rows, tokens in blocks if len(tokens)]
+    if not is_torch(first):  # torch keeps empty blocks: each host's rows stay on the autograd tape
+        blocks = [(rows, tokens) for rows, tokens in blocks if len(tokens)]
     none = np.ones(num_tokens, dtype=bool)
     for _, tokens in blocks:
         none[tokens] = False

@@ -72,7 +72,9 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
     routes = host_routes.HostRoutes(mesh, row_token, across_send, across_recv, (own_pairs, other_pairs),
                                   (own_send, other_send), blocks, inside_recv)
     received_by_part = (received_own, received)
-    expert_inputs = _joined([received_by_part[p][a : a + n] for p, a, _, n in blocks.tolist()], received)
+    # each part's first zero rows too: both exchanges stay on the autograd tape with no block from one
+    expert_inputs = _joined([part[0:0] for part in received_by_part]
+                            + [received_by_part[p][a : a + n] for p, a, _, n in blocks.tolist()], received)
     execute.merged("moe.dispatch", parts)
     return expert_inputs, routes
 
