@@ -15,6 +15,7 @@ from .tools.cli_common import (
     at_least,
     make_console,
     non_negative_number,
+    parse_mesh_shape,
     parse_shape,
     parse_shapes,
     placement,
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
     demo.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); with --mesh one per mesh dim, or a Spec: 'Spec((1, 0), None)'")
     demo.add_argument("--dst", default=None, help="same choices (default col); with --mesh one per mesh dim")
-    demo.add_argument("--mesh", type=parse_shape, help="run on a process mesh of local ranks, e.g. 2x2 (default: a 1-D world of --ranks)")
+    demo.add_argument("--mesh", type=parse_mesh_shape, help="run on a process mesh of local ranks, e.g. 2x2 (default: a 1-D world of --ranks)")
     demo.add_argument("--dtype", choices=DEMO_DTYPES, default="float32", help="element type of the matrix (default float32)")
     demo.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     demo.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--shape", type=parse_shapes, help="global shape, e.g. 8192x8192 or 64x32x16 (required with --ranks and --mesh; with --hosts default 65536x65536); several, comma-separated (8x8,16x4): the tensors of one call")
     where = plan.add_mutually_exclusive_group()
     where.add_argument("--ranks", type=positive, help="number of ranks (a 1-D world)")
-    where.add_argument("--mesh", type=parse_shape, help="a process mesh, e.g. 2x2 or 64x64; then --src and --dst give one placement per mesh dim")
+    where.add_argument("--mesh", type=parse_mesh_shape, help="a process mesh, e.g. 2x2 or 64x64; then --src and --dst give one placement per mesh dim")
     where.add_argument("--hosts", type=positive, help="hosts of --ranks-per-host ranks each: the row -> column all_to_all flat against two-level, on paper")
     plan.add_argument("--ranks-per-host", type=positive, default=8, help="with --hosts: ranks on each host (default 8)")
     plan.add_argument("--levels", metavar="FILE", help="with --hosts: the cost model's numbers as reshard bench --calibrate wrote them")
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time reshard's collectives beside the raw engine, DTensor and memcpy")
     bench.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     bench.add_argument("--ranks", type=positive, default=4, help="number of local ranks (default 4)")
-    bench.add_argument("--mesh", type=parse_shape, help="time a layout change on a process mesh (e.g. 2x2), beside DTensor on the same mesh")
+    bench.add_argument("--mesh", type=parse_mesh_shape, help="time a layout change on a process mesh (e.g. 2x2), beside DTensor on the same mesh")
     bench.add_argument("--src", help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
     bench.add_argument("--dst", help="with --mesh: the destination, e.g. 'S(1),S(0)'")
     bench.add_argument("--op", choices=("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe"), default="redistribute", help="the collective to time (default redistribute, Shard(0) -> Shard(1))")

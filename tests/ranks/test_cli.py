@@ -114,6 +114,14 @@ def test_plan_on_several_shapes_names_the_one_a_layout_does_not_fit():
     assert "src has 1 placement for a 2-d mesh" in run.stdout + run.stderr
 
 
+@pytest.mark.parametrize("command", [("plan", "--shape", "3x3"), ("demo",), ("bench",)])
+def test_a_mesh_with_a_zero_size_dim_is_refused_naming_the_mesh(command):
+    # it was refused as if --src and --dst were missing, or as an internal "mesh_shape"
+    run = reshard_cli(*command, "--mesh", "2x0", "--src", "S(0),S(1)", "--dst", "S(1),S(0)")
+    said = run.stdout + run.stderr
+    assert run.returncode == 2 and "argument --mesh: mesh '2x0' needs sizes of at least 1" in said, said
+
+
 def test_plan_prints_an_ordered_layout_as_its_spec():
     run = reshard_cli("plan", "--shape", "8x6", "--mesh", "2x2", "--src", "Spec((1, 0), None)", "--dst", "S(1),S(0)",
                       "--json")

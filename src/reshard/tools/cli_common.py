@@ -21,6 +21,14 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def parse_mesh_shape(text: str) -> tuple[int, ...]:
+    """A process mesh's shape, ``2x2``: every dim at least 1."""
+    dims = parse_shape(text)
+    if any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"mesh {text!r} needs sizes of at least 1")
+    return dims
+
+
 def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
     """One or more shapes, comma-separated: ``8x8`` or ``8x8,16x4,32``."""
     return tuple(parse_shape(part) for part in text.split(",") if part.strip())
