@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page animating the exchange")
 
     explain = sub.add_parser("explain", help="run Gather, AllGather, ReduceScatter, AllToAll, AllReduce side by side and answer what each one sums, replicates and moves")
-    explain.add_argument("--ranks", type=positive, default=3, help="number of local ranks (default 3)")
+    explain.add_argument("--ranks", type=positive, default=None,
+                         help="number of local ranks (default 3; with --moe two per host)")
     explain.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
     explain.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64"), default="float32",
                          help="element type of the matrix, which sets every byte count shown (default float32)")
@@ -209,9 +210,9 @@ def _explain_moe(args: argparse.Namespace) -> int:
     from .viz.moe_scenes import moe_scenes
     from .viz.terminal import render_explain_moe
 
-    ranks = args.ranks if args.ranks != 3 or args.hosts != 2 else 4  # the default: two hosts of two
+    ranks = args.ranks if args.ranks is not None else 2 * args.hosts
     if ranks % args.hosts:
-        raise ReshardError(f"--ranks {ranks} do not split evenly into --hosts {args.hosts}")
+        raise ReshardError(f"--ranks {ranks} cannot be grouped into --hosts {args.hosts} of equal size")
     if args.top_k > ranks:
         raise ReshardError(f"--top-k {args.top_k} is more than the {ranks} experts (one per rank)")
     facts = run_explain_moe(ranks, args.hosts, args.top_k, args.engine, args.timeout)
@@ -233,6 +234,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     if args.moe:
         return _explain_moe(args)
+    if args.ranks is None:
+        args.ranks = 3
     if len(args.shape) != 2:
         print(say("cli.error", args.lang, error="explain works on a matrix: --shape needs two sizes"), file=sys.stderr)
         return 2

@@ -201,6 +201,17 @@ def test_explain_moe_shows_what_each_path_sent_across_hosts(tmp_path):
     assert "Flat:" in words and "A0" in words and "host 사이" not in words
 
 
+def test_explain_moe_runs_on_the_ranks_given_or_says_why_it_cannot():
+    # --ranks 3, the plain explain's default, was taken for "not given" and run on 4 ranks
+    bad = reshard_cli("explain", "--moe", "--ranks", "3")
+    said = bad.stdout + bad.stderr
+    assert bad.returncode != 0 and "--ranks 3 cannot be grouped into --hosts 2 of equal size" in said, said
+    run = reshard_cli("explain", "--moe", "--ranks", "2", "--json")
+    assert run.returncode == 0, run.stderr
+    facts = json.loads(run.stdout)
+    assert (facts["ranks"], facts["hosts"], len(facts["ids"])) == (2, 2, 2)
+
+
 def test_plan_on_hosts_takes_the_calibrated_levels(tmp_path):
     levels = tmp_path / "levels.json"  # as reshard bench --calibrate writes it: only the link costs here
     levels.write_text(json.dumps({"levels": {"alpha_local": 0.0, "beta_local": 0.0, "alpha_link": 0.0,
