@@ -12,7 +12,6 @@ import itertools
 import math
 import operator
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,12 +27,14 @@ from .mesh import Mesh
 from .planning import planner
 from .planning.layout import (
     Partial,
-    Replicate,
     Shard,
+    dtensor_placements,
     global_shape_of,
+    is_placement,
     mesh_region,
     orders_of,
     parse_placements,
+    torch_layout,
     unravel,
     with_order,
 )
@@ -171,7 +172,7 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
         refuse("redistribute", x.to_local(), mesh[1].comm, check, exc)
     if given_src is not None:
         try:
-            said = _dtensor_placements(given_src, mesh_shape, names)
+            said = dtensor_placements(given_src, mesh_shape, names)
         except ReshardError as exc:
             said = exc
         if said != src:
@@ -180,7 +181,7 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
                 f"rank {mesh[1].comm.rank}: redistribute: src={shown} contradicts the DTensor's own placements "
                 f"{layout_text(src)}; leave src out (a DTensor carries its layout) or pass its placements"))
     try:
-        d_pl = _dtensor_placements(dst, mesh_shape, names)
+        d_pl = dtensor_placements(dst, mesh_shape, names)
     except ReshardError as exc:
         refuse("redistribute", x.to_local(), mesh[1].comm, check, exc)
     out = redistribute(x.to_local(), src, d_pl, None, mesh[1], tuple(x.shape), check, rule="chunk")
@@ -231,10 +232,10 @@ def redistribute_dtensors(xs: list, given_src: Any, dst: Any, check: bool | None
     mesh_shape = tuple(mesh.shape)
     try:
         srcs = [_dtensor_layout(x, mesh_shape) for x in xs]
-        dsts = [_dtensor_placements(d, mesh_shape, mesh.names) for d in _each("dst", dst, len(xs), len(mesh_shape))]
+        dsts = [dtensor_placements(d, mesh_shape, mesh.names) for d in _each("dst", dst, len(xs), len(mesh_shape))]
         if given_src is not None:
             for i, (said, own) in enumerate(zip(_each("src", given_src, len(xs), len(mesh_shape)), srcs)):
-                if _dtensor_placements(said, mesh_shape, mesh.names) != own:
+                if dtensor_placements(said, mesh_shape, mesh.names) != own:
                     raise InvalidArgument(f"rank {mesh.comm.rank}: redistribute: tensor {i}: src={said} contradicts "
                                           f"the DTensor's own placements {layout_text(own)}; leave src out")
     except ReshardError as exc:
@@ -250,51 +251,6 @@ def _dtensor_layout(x: Any, mesh_shape: tuple[int, ...]) -> tuple:
     return torch_layout(x.placements, mesh_shape, getattr(getattr(x, "_spec", None), "shard_order", None) or ())
 
 
-def torch_layout(placements: Sequence[Any], mesh_shape: tuple[int, ...], shard_order: Any = ()) -> tuple:
-    """DTensor's placements (one per mesh dim) as our layout, with the order in which mesh dims
-    split a tensor dim read from ``_StridedShard`` split factors (or from ``shard_order``)."""
-    plain, factors = [], {}
-    for m, p in enumerate(placements):
-        if _strided(p):
-            plain.append(Shard(int(p.dim)))
-            factors[m] = int(p.split_factor)
-        else:
-            plain.append(parse_placements([p])[0])
-    if not factors:
-        return with_order(plain, [(int(e.tensor_dim), tuple(int(m) for m in e.mesh_dims)) for e in shard_order])
-    order: dict[int, list[int]] = {}
-    for m in reversed(range(len(plain))):  # DTensor's decoding: each split factor places its mesh dim
-        p = plain[m]
-        if not isinstance(p, Shard):
-            continue
-        dims = order.setdefault(p.dim, [])
-        want = factors.get(m, 1)
-        for at in range(len(dims) + 1):
-            if math.prod(mesh_shape[j] for j in dims[:at]) == want:
-                dims.insert(at, m)
-                break
-        else:
-            raise InvalidArgument(f"the placements {list(placements)} on mesh {list(mesh_shape)} name no "
-                                  "order of mesh dims: a _StridedShard's split factor must be the product of the sizes "
-                                  "of the mesh dims that split its tensor dim before it")
-    return with_order(plain, {d: tuple(dims) for d, dims in order.items()})
-
-
-def _strided(p: Any) -> bool:
-    return type(p).__name__ == "_StridedShard" and type(p).__module__.startswith("torch.")
-
-
-def _dtensor_placements(value: Any, mesh_shape: tuple[int, ...], names: Sequence[str]) -> tuple:
-    """A layout given for a DTensor: ours (placements, a Spec, text) or DTensor's own placements,
-    ``_StridedShard`` included (as a DTensor's ``placements`` reads)."""
-    if isinstance(value, (list, tuple)) and any(map(_strided, value)):
-        if len(value) != len(mesh_shape):
-            raise InvalidArgument(f"placements must be a sequence with one placement per mesh dim "
-                                  f"({len(mesh_shape)}), got {list(value)}")
-        return torch_layout(value, mesh_shape)
-    return parse_placements(value, len(mesh_shape), names)
-
-
 _MESHES: dict[int, tuple] = {}  # device mesh -> its reshard mesh (sub-communicators made once)
 
 
@@ -303,7 +259,7 @@ def _each(name: str, value: Any, n: int, mesh_ndim: int | None = None) -> list:
     (a placement, a tuple of placements, a Spec, text) is one for all. On a mesh of
     ``mesh_ndim`` dims, a list of placement objects, one per mesh dim, is one layout for all
     (as DTensor writes placements): read per tensor, it could only be refused or mean the same."""
-    if isinstance(value, list) and mesh_ndim is not None and len(value) == mesh_ndim and all(map(_is_placement, value)):
+    if isinstance(value, list) and mesh_ndim is not None and len(value) == mesh_ndim and all(map(is_placement, value)):
         return [value] * n
     if isinstance(value, list):
         if len(value) != n:
@@ -311,13 +267,6 @@ def _each(name: str, value: Any, n: int, mesh_ndim: int | None = None) -> list:
                                   "or one layout (not in a list) for all")
         return value
     return [value] * n
-
-
-def _is_placement(p: Any) -> bool:
-    """A placement object: ours, or DTensor's (``_StridedShard`` included)."""
-    if isinstance(p, (Shard, Replicate, Partial)):
-        return True
-    return type(p).__module__.startswith("torch.") and type(p).__name__ in ("Shard", "Replicate", "Partial", "_StridedShard")
 
 
 def _each_shape(global_shape: Any, n: int) -> list:
@@ -421,13 +370,15 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     for name, value in zip(("tensors", "layouts", "global_shape"), (described, texts, given)):
         mine = validate.crc(value)
         call.arg_text[name] = lambda d, v=value, m=mine: repr(v) if d == m else "another value"
+    call.per_tensor = {"tensors": ("dtype and dims", described), "layouts": ("layout", texts),
+                       "global_shape": ("global_shape", [repr(g) for g in given])}
     # every rank's shapes where a tensor's global shape is not given, on a first call: its split
     # dims give the global shape (a replay needs them too: ``need_shapes``), and its other dims
     # must be the same on every rank (a list's records carry no shapes, so this is where a
     # rank's different tensor is caught)
     learn = checked is not None and any(a.global_shape is None and any(isinstance(p, Shard) for p in a.src)
                                        for a in checked)
-    call.agree(need_shapes=learn)
+    call.agree(need_shapes=learn, vote=True)  # whether shapes are needed comes from this rank's list
     shapes_of: list[list] = []
     if checked is not None and any(a.global_shape is None for a in checked):  # one more small exchange
         mine = np.array([int(v) for x in xs for v in x.shape] or [0], dtype=np.int64)

@@ -78,8 +78,13 @@ def many_bad(comm, case):
         xs = xs[:2]
     if case == "one tensor on rank 1" and comm.rank == 1:
         xs = xs[0]
-    if case == "empty list on rank 1" and comm.rank == 1:
+    if case.startswith("empty list on rank 1") and comm.rank == 1:
         xs = []
+    if case == "layout on rank 1":
+        src = [rs.Shard(0), rs.Shard(1) if comm.rank == 1 else rs.Shard(0), rs.Shard(0)]
+    gshape = None
+    if case == "global_shape differs on one rank":
+        gshape = [(12, 6), (12 + (comm.rank == 2), 6), (12, 6)]
     if case == "not an array on rank 0" and comm.rank == 0:
         xs[1] = None
     if case == "placements tuple on a world":
@@ -91,7 +96,7 @@ def many_bad(comm, case):
     if case == "replicated shape on rank 2":
         src, dst = rs.Replicate(), rs.Shard(0)
     try:
-        rs.redistribute(xs, src, dst)
+        rs.redistribute(xs, src, dst, global_shape=gshape, check=False if case.endswith("check off") else None)
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc)
     return "ok", ""

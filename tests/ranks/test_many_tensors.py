@@ -89,11 +89,17 @@ def test_gradients_and_started_calls_as_for_one_tensor():
 
 
 @pytest.mark.parametrize("case,kind,words", [
-    ("dtype on rank 1", "MismatchError", "tensors differ across ranks"),
+    ("dtype on rank 1", "MismatchError", "tensor 2: dtype and dims differ across ranks: ranks 0,2: float32 2-d; "
+                                         "rank 1: float64 2-d"),
+    ("layout on rank 1", "MismatchError", "tensor 1: layout differs across ranks: ranks 0,2: Shard(0) -> Shard(1); "
+                                          "rank 1: Shard(1) -> Shard(1)"),
+    ("global_shape differs on one rank", "MismatchError", "tensor 1: global_shape differs across ranks: ranks 0,1: [12, 6]; "
+                                                "rank 2: [13, 6]"),
     ("bad dim on rank 0", "InvalidArgument", "tensor 1"),
     ("count on rank 1", "MismatchError", "input differs across ranks: ranks 0,2: a list of 3 tensors; rank 1: a list of 2"),
     ("one tensor on rank 1", "MismatchError", "input differs across ranks: ranks 0,2: a list of 3 tensors; rank 1: one tensor"),
     ("empty list on rank 1", "MismatchError", "ranks 0,2: a list of 3 tensors; rank 1: an empty list"),
+    ("empty list on rank 1, check off", "MismatchError", "ranks 0,2: a list of 3 tensors; rank 1: an empty list"),
     ("not an array on rank 0", "InvalidArgument", "tensor 1 must be a torch.Tensor or numpy.ndarray, got builtins.NoneType"),
     ("src list length", "InvalidArgument", "one per tensor"),
     ("placements tuple on a world", "InvalidArgument",

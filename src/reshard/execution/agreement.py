@@ -134,7 +134,7 @@ def _input_text(tensors: int) -> str:
     return f"a list of {tensors} tensor{'' if tensors == 1 else 's'}"
 
 
-_PLURAL = {"tensors", "layouts", "split_sizes"}  # the arguments named in the plural
+_PLURAL = {"tensors", "layouts", "split_sizes", "dtype and dims"}  # the arguments named in the plural
 
 
 def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseException | None) -> None:
@@ -206,7 +206,9 @@ def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_s
         values = [r.args[i] for r in records]
         if len(set(values)) > 1:
             shown = (arg_text or {}).get(name) or _coded().get(name, str)
-            raise MismatchError(f"{op}: " + describe_disagreement(name, values, shown))
+            exc = MismatchError(f"{op}: " + describe_disagreement(name, values, shown))
+            exc.argument = name  # type: ignore[attr-defined]  # which argument, for a caller that says more
+            raise exc
     ndims = [len(r.shape) if r.shape is not None else -1 for r in records]
     if len(set(ndims)) > 1:
         raise MismatchError(f"{op}: " + describe_disagreement("number of dims", ndims))

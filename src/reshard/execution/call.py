@@ -39,6 +39,7 @@ Array = Any  # torch.Tensor or numpy.ndarray
 T = TypeVar("T")
 _DIGEST_BITS = 47  # a vote: the op's 16-bit code, then the digest of the plan's records
 _DIGEST_MASK = (1 << _DIGEST_BITS) - 1
+_TEXT_BYTES = 160  # one tensor's value, as each rank shows it in a disagreement
 
 
 @dataclass
@@ -202,6 +203,9 @@ class Call:
             self.error = refused
             self.record.fail(refused)
         self.arg_text: dict[str, Callable[[int], str]] = {}  # an argument's code as the user wrote it
+        # a call on many tensors: per argument, (what it is of one tensor, each tensor's text), so
+        # that a disagreement names the first tensor that differs and every rank's value of it
+        self.per_tensor: dict[str, tuple[str, list[str]]] = {}
 
     @functools.cached_property
     def record(self) -> agreement.Record:
@@ -340,7 +344,7 @@ class Call:
 
     def agree(
         self, free_dims: Sequence[int] = (), need_shapes: bool = True, per_rank_splits: bool = False,
-        prepare: Any = None, extra: Any = None,
+        prepare: Any = None, extra: Any = None, vote: bool = False,
     ) -> list[tuple[int, ...]]:
         """Exchange every rank's record and compare them; raise on any problem, on every rank.
 
@@ -350,16 +354,19 @@ class Call:
         ``prepare()`` (local work, e.g. the pack) runs while the records are in flight, unless
         this rank's input was already found invalid; its result is ``self.prepared``.
         ``extra`` (int64 values, the same count on every rank) travels in the same exchange;
-        every rank's row of it lands in ``self.extra_gathered``.
+        every rank's row of it lands in ``self.extra_gathered``. ``vote``: vote even where
+        neither the check nor the shapes ask for it, for a caller whose ``need_shapes`` comes
+        from inputs that may differ across ranks (a list's tensors), so that the collectives
+        line up until the records show the difference.
         """
         if phases.on():
             with phases.phase("check"):
-                return self._agree(free_dims, need_shapes, per_rank_splits, prepare, extra)
-        return self._agree(free_dims, need_shapes, per_rank_splits, prepare, extra)
+                return self._agree(free_dims, need_shapes or vote, per_rank_splits, prepare, extra, need_shapes)
+        return self._agree(free_dims, need_shapes or vote, per_rank_splits, prepare, extra, need_shapes)
 
-    def _agree(self, free_dims: Sequence[int], need_shapes: bool, per_rank_splits: bool, prepare: Any,
-               extra: Any) -> list[tuple[int, ...]]:
-        if not self.voted and (self.check or need_shapes):
+    def _agree(self, free_dims: Sequence[int], votes: bool, per_rank_splits: bool, prepare: Any,
+               extra: Any, need_shapes: bool) -> list[tuple[int, ...]]:
+        if not self.voted and (self.check or votes):
             # a call that cannot replay still votes wherever a peer's replay would (check on, or
             # its peers' shapes needed): the ops line up
             self._count(self.primitives.allreduce_max(self._ballot(0), f"{self.op} (check)"))
@@ -380,9 +387,38 @@ class Call:
         if self.error is None and self.record.error_code:  # e.g. too many dims, found by encode
             self.error = agreement.ERROR_CODES[self.record.error_code](self.record.message)
         agreement.raise_errors(records, self.rank, self.error)
-        agreement.compare(records, free_dims, per_rank_splits, self.arg_text)
+        try:
+            agreement.compare(records, free_dims, per_rank_splits, self.arg_text)
+        except MismatchError as exc:
+            named = self._tensor_that_differs(getattr(exc, "argument", None))
+            if named is not None:
+                raise named from None
+            raise exc from None
         self.records = records
         return [r.shape for r in records]
+
+    def _tensor_that_differs(self, argument: str | None) -> MismatchError | None:
+        """Where the records disagree on ``argument`` and it is one text per tensor (the
+        records agree on the tensor count before any argument is compared): two small
+        exchanges find the first tensor whose text differs and every rank's text of it. Every
+        rank holds the same records, so all of them take both exchanges or none. None where no
+        tensor's text differs."""
+        if argument not in self.per_tensor:
+            return None
+        what, texts = self.per_tensor[argument]
+        codes = np.array([zlib.crc32(t.encode()) for t in texts] or [0], dtype=np.int64)
+        gathered = self.primitives.allgather_bytes(codes.view(np.uint8), f"{self.op} (check)")
+        per_rank = np.ascontiguousarray(gathered).view(np.int64)
+        differ = np.flatnonzero((per_rank != per_rank[0]).any(axis=0))
+        if not differ.size or not texts:
+            return None
+        i = int(differ[0])
+        mine = texts[i].encode()[:_TEXT_BYTES]
+        rows = self.primitives.allgather_bytes(np.frombuffer(mine.ljust(_TEXT_BYTES, b"\0"), dtype=np.uint8).copy(),
+                                               f"{self.op} (check)")
+        self.checks += 2
+        values = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in rows]
+        return MismatchError(f"{self.op}: tensor {i}: " + agreement.describe_disagreement(what, values))
 
     def result(self, out: Array) -> Array:
         set_last(self.stats)

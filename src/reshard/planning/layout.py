@@ -10,6 +10,7 @@ A *placement* says how one tensor is laid out over the ``size`` ranks of a commu
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -164,6 +165,57 @@ def _from_torch(p: Any) -> Any:
         return Partial(str(getattr(p, "reduce_op", "sum")))
     return p
 
+
+def torch_layout(placements: Sequence[Any], mesh_shape: tuple[int, ...], shard_order: Any = ()) -> tuple:
+    """DTensor's placements (one per mesh dim) as our layout, with the order in which mesh dims
+    split a tensor dim read from ``_StridedShard`` split factors (or from ``shard_order``)."""
+    plain, factors = [], {}
+    for m, p in enumerate(placements):
+        if _strided(p):
+            plain.append(Shard(int(p.dim)))
+            factors[m] = int(p.split_factor)
+        else:
+            plain.append(parse_placements([p])[0])
+    if not factors:
+        return with_order(plain, [(int(e.tensor_dim), tuple(int(m) for m in e.mesh_dims)) for e in shard_order])
+    order: dict[int, list[int]] = {}
+    for m in reversed(range(len(plain))):  # DTensor's decoding: each split factor places its mesh dim
+        p = plain[m]
+        if not isinstance(p, Shard):
+            continue
+        dims = order.setdefault(p.dim, [])
+        want = factors.get(m, 1)
+        for at in range(len(dims) + 1):
+            if math.prod(mesh_shape[j] for j in dims[:at]) == want:
+                dims.insert(at, m)
+                break
+        else:
+            raise InvalidArgument(f"the placements {list(placements)} on mesh {list(mesh_shape)} name no "
+                                  "order of mesh dims: a _StridedShard's split factor must be the product of the sizes "
+                                  "of the mesh dims that split its tensor dim before it")
+    return with_order(plain, {d: tuple(dims) for d, dims in order.items()})
+
+
+def _strided(p: Any) -> bool:
+    return type(p).__name__ == "_StridedShard" and type(p).__module__.startswith("torch.")
+
+
+def dtensor_placements(value: Any, mesh_shape: tuple[int, ...], names: Sequence[str]) -> tuple:
+    """A layout given for a DTensor: ours (placements, a Spec, text) or DTensor's own placements,
+    ``_StridedShard`` included (as a DTensor's ``placements`` reads)."""
+    if isinstance(value, (list, tuple)) and any(map(_strided, value)):
+        if len(value) != len(mesh_shape):
+            raise InvalidArgument(f"placements must be a sequence with one placement per mesh dim "
+                                  f"({len(mesh_shape)}), got {list(value)}")
+        return torch_layout(value, mesh_shape)
+    return parse_placements(value, len(mesh_shape), names)
+
+
+def is_placement(p: Any) -> bool:
+    """A placement object: ours, or DTensor's (``_StridedShard`` included)."""
+    if isinstance(p, (Shard, Replicate, Partial)):
+        return True
+    return type(p).__module__.startswith("torch.") and type(p).__name__ in ("Shard", "Replicate", "Partial", "_StridedShard")
 
 
 def unravel(rank: int, shape: Sequence[int]) -> tuple[int, ...]:
