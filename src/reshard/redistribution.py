@@ -73,9 +73,11 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
     if args is not None:
         call.record.args = args.code(mesh_shape, rule)
         call.record.global_shape = args.global_shape
+        shown = (lambda layout: repr(layout[0])) if world else layout_text  # a world's layout: its one placement
+        call.arg_texts = {"src": shown(args.src), "dst": shown(args.dst), "mesh": f"{list(mesh_shape)} ({rule} rule)"}
     free = tuple(sorted({p.dim for p in args.src if isinstance(p, Shard)})) if args else ()
     if args is not None and args.src == args.dst:
-        call.agree(free_dims=free, need_shapes=False)
+        call.agree(free_dims=free, need_shapes=False, vote=True)  # src == dst here may not be so on a peer
         call.numpy_in = False
         return execute.finish(call, x)  # the caller's own object: nothing moved, nothing copied
     prepare = None
@@ -83,7 +85,8 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
     if first is not None:  # the plan starts with the world's all_to_all: its pack, while the records travel
         prepare = execute.prepare_send(call, call.x, *first)
     needs_lengths = args is not None and args.global_shape is None and bool(free)
-    shapes = call.agree(free_dims=free, need_shapes=needs_lengths, prepare=prepare)
+    # whether the lengths are needed comes from this rank's arguments (a peer's may differ): vote anyway
+    shapes = call.agree(free_dims=free, need_shapes=needs_lengths, prepare=prepare, vote=True)
     gshape = args.global_shape
     if gshape is None:
         gshape = _global_shape(shapes, args.src, mesh_shape, rule, world) if free else tuple(call.x.shape)

@@ -990,3 +990,22 @@ def dtensor_own_placements(comm, shape):
     out += [("list dst strided", None if want is None else torch.equal(o.to_local(), want),
              torch.equal(o.full_tensor(), full), list(o.placements) == strided) for o in many]
     return out
+
+
+def arguments_that_differ(comm, case, check):
+    """A redistribute whose arguments differ on one rank: the error's class and text."""
+    x = np.zeros((4, 4), np.float32)
+    src, dst, kwargs = rs.Shard(0), rs.Shard(1), {}
+    if case == "dst on rank 0" and comm.rank == 0:
+        dst = rs.Shard(0)  # src == dst there: nothing to move on that rank alone
+    if case == "global_shape on rank 0" and comm.rank == 0:
+        kwargs["global_shape"] = (16, 4)
+    if case == "mesh dst on rank 3":
+        mesh = rs.Mesh((2, 2))
+        src, dst = (rs.Shard(0), rs.Shard(1)), (rs.Shard(1), rs.Shard(0)) if comm.rank != 3 else rs.Spec(None, (1, 0))
+        kwargs["mesh"] = mesh
+    try:
+        rs.redistribute(x, src, dst, check=check, **kwargs)
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    return "returned", ""

@@ -100,6 +100,20 @@ def test_bad_input_on_a_mesh_raises_on_every_rank(engine, case, error):
     assert rs.spawn(rank_fns.mesh_bad_input, 4, engine=engine, args=(case,), timeout=120) == [error] * 4
 
 
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize(("case", "says"), [
+    ("dst on rank 0", "redistribute: dst differs across ranks: rank 0: Shard(0); ranks 1,2,3: Shard(1)"),
+    ("global_shape on rank 0", "redistribute: global_shape differs across ranks: rank 0: (16, 4); ranks 1,2,3: None"),
+    ("mesh dst on rank 3", "redistribute: dst differs across ranks: ranks 0,1,2: (Shard(1), Shard(0)); "
+                           "rank 3: Spec(None, (1, 0))"),
+])
+def test_arguments_that_differ_are_named_with_every_ranks_value_check_on_or_off(check, case, says):
+    # the records hold checksums: the error showed them ("rank 0: 1528233771"), and with the
+    # check off a rank whose own arguments needed no lengths skipped the vote and its peers waited
+    for rank, (kind, text) in enumerate(rs.spawn(rank_fns.arguments_that_differ, 4, args=(case, check), timeout=60)):
+        assert kind == "MismatchError" and says in text, (rank, kind, text)
+
+
 @pytest.mark.parametrize("engine", ["gloo", "mpi"])
 @pytest.mark.parametrize(("how", "says"), [("not a mesh", "mesh must be an rs.Mesh, got str"),
                                            ("none", "pass the mesh")])

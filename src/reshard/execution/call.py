@@ -206,6 +206,7 @@ class Call:
         # a call on many tensors: per argument, (what it is of one tensor, each tensor's text), so
         # that a disagreement names the first tensor that differs and every rank's value of it
         self.per_tensor: dict[str, tuple[str, list[str]]] = {}
+        self.arg_texts: dict[str, str] = {}  # an argument as this rank shows it, where its record holds a checksum
 
     @functools.cached_property
     def record(self) -> agreement.Record:
@@ -390,35 +391,43 @@ class Call:
         try:
             agreement.compare(records, free_dims, per_rank_splits, self.arg_text)
         except MismatchError as exc:
-            named = self._tensor_that_differs(getattr(exc, "argument", None))
+            named = self._said_in_full(getattr(exc, "argument", None))
             if named is not None:
                 raise named from None
             raise exc from None
         self.records = records
         return [r.shape for r in records]
 
-    def _tensor_that_differs(self, argument: str | None) -> MismatchError | None:
-        """Where the records disagree on ``argument`` and it is one text per tensor (the
-        records agree on the tensor count before any argument is compared): two small
-        exchanges find the first tensor whose text differs and every rank's text of it. Every
-        rank holds the same records, so all of them take both exchanges or none. None where no
-        tensor's text differs."""
+    def _said_in_full(self, argument: str | None) -> MismatchError | None:
+        """Where the records disagree on ``argument`` and hold only its checksum: every rank's
+        text of it (``arg_texts``), or, where it is one text per tensor (``per_tensor``; the
+        records agree on the tensor count before any argument is compared), the first tensor
+        whose text differs and every rank's text of that. Small exchanges on the failure path;
+        every rank holds the same records, so all of them take the same ones. None where there
+        is nothing more to say."""
+        if argument in self.arg_texts:
+            values = self._gathered_text(self.arg_texts[argument])
+            return MismatchError(f"{self.op}: " + agreement.describe_disagreement(argument, values))
         if argument not in self.per_tensor:
             return None
         what, texts = self.per_tensor[argument]
         codes = np.array([zlib.crc32(t.encode()) for t in texts] or [0], dtype=np.int64)
         gathered = self.primitives.allgather_bytes(codes.view(np.uint8), f"{self.op} (check)")
+        self.checks += 1
         per_rank = np.ascontiguousarray(gathered).view(np.int64)
         differ = np.flatnonzero((per_rank != per_rank[0]).any(axis=0))
         if not differ.size or not texts:
             return None
         i = int(differ[0])
-        mine = texts[i].encode()[:_TEXT_BYTES]
-        rows = self.primitives.allgather_bytes(np.frombuffer(mine.ljust(_TEXT_BYTES, b"\0"), dtype=np.uint8).copy(),
-                                               f"{self.op} (check)")
-        self.checks += 2
-        values = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in rows]
+        values = self._gathered_text(texts[i])
         return MismatchError(f"{self.op}: tensor {i}: " + agreement.describe_disagreement(what, values))
+
+    def _gathered_text(self, text: str) -> list[str]:
+        """Every rank's ``text`` (its first ``_TEXT_BYTES`` bytes), in rank order."""
+        mine = text.encode()[:_TEXT_BYTES].ljust(_TEXT_BYTES, b"\0")
+        rows = self.primitives.allgather_bytes(np.frombuffer(mine, dtype=np.uint8).copy(), f"{self.op} (check)")
+        self.checks += 1
+        return [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in rows]
 
     def result(self, out: Array) -> Array:
         set_last(self.stats)
