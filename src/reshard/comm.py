@@ -183,20 +183,24 @@ def _mpi(timeout: float) -> Any:
 
 def _lone_mpi(timeout: float) -> Any:
     """MPI as a singleton (a process no launcher started). Open MPI makes its session directory
-    under TMPDIR and leaves part of it behind, so it gets a private one, removed at exit."""
+    under TMPDIR and leaves part of it behind, so it gets a private one, removed at exit; and
+    its shared-memory transport leaves a segment in /dev/shm, so a process with no peers uses
+    only its transport to itself (unless the user chose the transports)."""
     import tempfile
 
     tmp = tempfile.mkdtemp(prefix="reshard-solo-")
     atexit.register(shutil.rmtree, tmp, True)
-    before = os.environ.get("TMPDIR")
+    before = {name: os.environ.get(name) for name in ("TMPDIR", "OMPI_MCA_btl")}
     os.environ["TMPDIR"] = tmp
+    os.environ.setdefault("OMPI_MCA_btl", "self")
     try:
         return _mpi(timeout)
     finally:
-        if before is None:
-            del os.environ["TMPDIR"]
-        else:
-            os.environ["TMPDIR"] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def init(engine: str | None = None, timeout: float | None = None, check: bool = True) -> Comm:

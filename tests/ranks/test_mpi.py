@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -173,7 +174,10 @@ def test_more_than_2_31_elements(concat_dim):
 
 def test_a_lone_mpi_process_leaves_no_files(tmp_path):
     """rs.init() in a process no launcher started runs MPI as a singleton: it works, and Open
-    MPI's session directory (made under TMPDIR) is gone when the process ends."""
+    MPI's session directory (made under TMPDIR) and shared-memory segment (/dev/shm) are gone
+    when the process ends."""
+    shm = pathlib.Path("/dev/shm")
+    segments_before = set(shm.glob("sm_segment*")) if shm.is_dir() else set()
     work = tmp_path / "tmp"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "PRTE_"))} | {"TMPDIR": str(work)}
@@ -183,6 +187,8 @@ def test_a_lone_mpi_process_leaves_no_files(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["mpi", "1", "(2,", "3)"]
     assert sorted(p.name for p in work.iterdir()) == [], "files left under TMPDIR"
+    if shm.is_dir():
+        assert set(shm.glob("sm_segment*")) - segments_before == set(), "a segment left in /dev/shm"
 
 
 NEVER_VOTES = textwrap.dedent(
