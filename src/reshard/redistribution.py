@@ -73,8 +73,8 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
     if args is not None:
         call.record.args = args.code(mesh_shape, rule)
         call.record.global_shape = args.global_shape
-        shown = (lambda layout: repr(layout[0])) if world else layout_text  # a world's layout: its one placement
-        call.arg_texts = {"src": shown(args.src), "dst": shown(args.dst), "mesh": f"{list(mesh_shape)} ({rule} rule)"}
+        call.arg_texts = {"src": _shown(args.src, world), "dst": _shown(args.dst, world),
+                          "mesh": f"{list(mesh_shape)} ({rule} rule)"}
     free = tuple(sorted({p.dim for p in args.src if isinstance(p, Shard)})) if args else ()
     if args is not None and args.src == args.dst:
         call.agree(free_dims=free, need_shapes=False, vote=True)  # src == dst here may not be so on a peer
@@ -114,6 +114,11 @@ def redistribute(x: Array, src: Any, dst: Any, comm: Comm | None, mesh: Mesh | N
         out = grad(call, x, out)
     call.remember(run, grad, run.prepare)
     return call.result(out)
+
+
+def _shown(layout: tuple, world: bool) -> str:
+    """A layout as messages show it: a world's by its one placement."""
+    return repr(layout[0]) if world else layout_text(layout)
 
 
 def _key_placements(placements: Any, mesh: Mesh) -> Any:
@@ -366,8 +371,7 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     call.arrays = array_backend("torch" if torch_arrays else "numpy")
     described = [f"{dtype_name(x)} {x.ndim}-d" if hasattr(x, "ndim") and hasattr(x, "dtype") else type(x).__name__
                  for x in xs]
-    shown = (lambda layout: repr(layout[0])) if world else layout_text  # a world's layout: its one placement
-    texts = [f"{shown(a.src)} -> {shown(a.dst)}" for a in checked] if checked is not None else []
+    texts = [f"{_shown(a.src, world)} -> {_shown(a.dst, world)}" for a in checked] if checked is not None else []
     given = [None if a.global_shape is None else list(a.global_shape) for a in checked] if checked is not None else []
     call.record.args = tuple(validate.crc(v) for v in (described, texts, (given, mesh_shape, rule)))
     for name, value in zip(("tensors", "layouts", "global_shape"), (described, texts, given)):
