@@ -17,7 +17,7 @@ import numpy as np
 from .comm import Comm
 from .engines import arena as arena_mod
 from .errors import InvalidArgument, UnsupportedDType
-from .execution.arrays import MOVABLE_KINDS, is_torch
+from .execution.arrays import MOVABLE_KINDS, is_torch, loaded_torch
 from .execution.buffers import shared_empty
 from .planning.placements import check_int
 
@@ -25,7 +25,7 @@ Array = Any
 
 
 def _torch_dtype(dtype: Any) -> Any:
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()
     return dtype if torch is not None and isinstance(dtype, torch.dtype) else None
 
 

@@ -175,3 +175,38 @@ def started_mixed_list(comm):
     full = np.concatenate([summed, summed], axis=1)  # the global array: mesh dim 0 splits dim 1
     want = rs.local_shard(full, rs.Spec(None, None, (1, 0)), mesh.coord, (2, 2))
     return bool(np.array_equal(np.asarray(got[0]), want) and got[1].tolist() == [2 * mesh.coord[0], 2 * mesh.coord[0] + 1])
+
+
+def calls_while_torch_is_imported(comm):
+    """A numpy call made while torch is half-imported (as a started call's worker can be, while the
+    caller imports torch): made from an import hook that fires once ``torch`` is in
+    ``sys.modules`` but before it defines ``Tensor``. Returns (torch absent before, whether the
+    hook fired with torch half-made, the call's result or its error, its numpy oracle)."""
+    import importlib.abc
+
+    absent = "torch" not in sys.modules
+    x = np.arange(2 * 3 * comm.size, dtype=np.float32).reshape(2, 3 * comm.size) + 100 * comm.rank
+    seen: list = []
+
+    class DuringTorchImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "torch._tensor" and not seen:
+                half_made = "torch" in sys.modules and not hasattr(sys.modules["torch"], "Tensor")
+                try:
+                    got = rs.all_to_all(x, split_dim=1, concat_dim=0).tolist()
+                except Exception as e:  # the fault under test: said, not raised into torch's import
+                    got = f"{type(e).__name__}: {e}"
+                seen.append((half_made, got))
+            return None
+
+    hook = DuringTorchImport()
+    sys.meta_path.insert(0, hook)
+    try:
+        import torch  # noqa: F401
+    finally:
+        sys.meta_path.remove(hook)
+    full = np.concatenate([np.arange(2 * 3 * comm.size, dtype=np.float32).reshape(2, 3 * comm.size) + 100 * r
+                           for r in range(comm.size)])
+    want = full[:, 3 * comm.rank:3 * comm.rank + 3].tolist()
+    half_made, got = seen[0] if seen else (False, None)
+    return absent, half_made, got, want

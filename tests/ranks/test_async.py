@@ -132,3 +132,12 @@ def test_a_job_that_waited_for_a_started_list_of_torch_and_numpy_ends_cleanly_on
         assert rs.spawn(async_rank.started_mixed_list, 4, engine="mpi") == [True] * 4
     out, err = capfd.readouterr()
     assert "terminate called" not in out + err and "Aborted" not in out + err, (out + err)[-2000:]
+
+
+@pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+def test_a_call_made_while_torch_is_half_imported_moves_numpy_arrays():
+    # a started call's worker runs while the caller may be importing torch: a half-made module has
+    # no Tensor yet, and asking it for one raises AttributeError (MPI ranks start without torch)
+    for absent, half_made, got, want in rs.spawn(async_rank.calls_while_torch_is_imported, 2, engine="mpi"):
+        assert absent and half_made, "the rank had torch loaded already, or the hook never saw it half-made"
+        assert got == want, got

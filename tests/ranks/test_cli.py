@@ -281,3 +281,15 @@ def test_a_number_option_out_of_its_range_is_refused_naming_the_option(args, opt
     run = reshard_cli(*args)
     assert run.returncode == 2 and f"argument {option}: needs" in run.stderr, (run.stdout, run.stderr)
     assert "Traceback" not in run.stdout + run.stderr
+
+
+def test_plan_and_demo_list_no_piece_that_holds_nothing():
+    # 3 rows over 4 ranks: rank 3 owns no row after the reduce_scatter, so nobody sends it anything
+    run = reshard_cli("plan", "--shape", "3x5", "--ranks", "4", "--src", "partial", "--dst", "row")
+    assert run.returncode == 0, run.stderr
+    assert "split table (9 transfers between ranks)" in run.stdout, run.stdout
+    assert "(0 B)" not in run.stdout and "9 rank pairs exchange 20 B each" in run.stdout, run.stdout
+    # 3 rows over 4 ranks, row -> column: rank 3 holds no row, so it has no piece to keep
+    run = reshard_cli("demo", "--shape", "3x5", "--ranks", "4")
+    assert run.returncode == 0 and "rank 2: row 2, col 4 -> rank 3" in run.stdout, run.stdout
+    assert "rows none, col 4 -> rank 3" not in run.stdout, run.stdout

@@ -17,8 +17,17 @@ import numpy as np
 from ..errors import InvalidArgument, UnsupportedDType
 
 
-def is_torch(x: Any) -> bool:
+def loaded_torch() -> Any:
+    """The torch module where it is imported whole, else None: while some thread is still
+    importing it, ``sys.modules`` holds a half-made module (no ``Tensor`` yet), and no tensor exists."""
     torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    return torch
+
+
+def is_torch(x: Any) -> bool:
+    torch = loaded_torch()
     return torch is not None and isinstance(x, torch.Tensor)
 
 

@@ -4,14 +4,13 @@ forwarder and the hosts' rows at home (the two-level path, ``reshard.moe.host_ro
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..execution import phases
-from ..execution.arrays import array_backend, is_torch, without_negative_strides
+from ..execution.arrays import array_backend, is_torch, loaded_torch, without_negative_strides
 
 Array = Any
 
@@ -19,7 +18,7 @@ Array = Any
 def torch_view(a: Array) -> Any:
     """A numpy array as a tensor over the same memory, where torch is loaded already and takes
     it (writeable, a dtype torch has), for its single-pass row gathers and scatters; else None."""
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()
     if torch is None or not isinstance(a, np.ndarray) or not a.flags.writeable or a.ndim == 0:
         return None
     try:

@@ -45,7 +45,7 @@ def render_demo(console: Any, lang: str, shape: tuple[int, int], n: int, src: Pl
     layout_table(say("demo.before", lang, placement=placement_words(src, lang)), src, ins)
     if plan.collective == "all_to_all":
         console.print(say("demo.cut_rule", lang))
-        for t in plan.transfers:
+        for t in (t for t in plan.transfers if t.nbytes):  # a rank that holds nothing cuts nothing
             stays = " " + say("demo.stays", lang) if t.src == t.dst else ""
             line = Text(f"  rank {t.src}: ", style=RANK_STYLES[t.src % len(RANK_STYLES)])
             line.append(f"{describe_region(t.region, lang)} -> ")
@@ -177,7 +177,7 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float =
     """The plan as text: collective, split table (first rows when large), bytes, memory, time."""
     console.print(say("plan.head", lang, collective=plan.collective, src=repr(plan.src), dst=repr(plan.dst),
                       shape=list(plan.global_shape), dtype=plan.dtype, ranks=plan.size))
-    moves = [t for t in plan.transfers if t.src != t.dst]
+    moves = [t for t in plan.transfers if t.src != t.dst and t.nbytes]  # an empty piece moves nothing
     console.print(say("plan.split_table", lang, count=len(moves)))
     for t in moves[:limit]:
         console.print(f"  rank {t.src}: {describe_region(t.region, lang)} -> rank {t.dst}  ({human_bytes(t.nbytes)})")
