@@ -14,6 +14,7 @@ from .planning.layout import Shard
 from .tools.cli_common import (
     at_least,
     make_console,
+    mesh_placements,
     non_negative_number,
     parse_mesh_shape,
     parse_shape,
@@ -169,7 +170,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _demo_mesh(args: argparse.Namespace, console) -> int:
     import math
 
-    from .planning.layout import parse_placements
     from .planning.spec import layout_text
     from .tools.demo import run_demo_mesh
 
@@ -177,8 +177,8 @@ def _demo_mesh(args: argparse.Namespace, console) -> int:
         console.print(say("cli.error", args.lang, error="demo draws a matrix: --shape needs two sizes"))
         return 2
     n = len(args.mesh)
-    src = parse_placements(args.src, n) if args.src else (Shard(0),) + tuple(Shard(1) for _ in range(n - 1))
-    dst = parse_placements(args.dst, n) if args.dst else tuple(reversed(src))
+    src = mesh_placements(args.src, "--src", n) if args.src else (Shard(0),) + tuple(Shard(1) for _ in range(n - 1))
+    dst = mesh_placements(args.dst, "--dst", n) if args.dst else tuple(reversed(src))
     if any(isinstance(p, Shard) and p.dim not in (0, 1) for p in (*src, *dst)):
         console.print(say("cli.error", args.lang, error="a matrix has dims 0 and 1: use Shard(0) or Shard(1)"))
         return 2
@@ -337,6 +337,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             return 2
         import math
 
+        for text, option in ((args.src, "--src"), (args.dst, "--dst")):  # refused here, before any rank starts
+            mesh_placements(text, option, len(args.mesh))
         args.ranks = math.prod(args.mesh)
         methods = [m for m in methods if m in ("reshard", "reshard-nocheck", "dtensor")] or ["reshard", "dtensor"]
     unknown = [m for m in methods if m not in BENCH_METHODS_ALL]

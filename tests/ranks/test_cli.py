@@ -293,3 +293,22 @@ def test_plan_and_demo_list_no_piece_that_holds_nothing():
     run = reshard_cli("demo", "--shape", "3x5", "--ranks", "4")
     assert run.returncode == 0 and "rank 2: row 2, col 4 -> rank 3" in run.stdout, run.stdout
     assert "rows none, col 4 -> rank 3" not in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("command,said", [
+    (("plan", "--shape", "4x4", "--mesh", "2x2", "--src", "S(a),S(1)", "--dst", "S(1),S(0)"),
+     "--src: cannot read placement 'S(a)'"),
+    (("plan", "--shape", "4x4,8x2", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "Spec((1, 0), (1, 0))"),
+     "--dst: Spec names mesh dim 0, 1 more than once"),
+    (("plan", "--shape", "1x2", "--mesh", "2x3x4", "--src", "R,S(0),S(2)", "--dst", "R,R,R", "--rank", "4"),
+     "src Shard dim=2 is out of range for a 2-d tensor"),
+    (("plan", "--shape", "6x5", "--mesh", "2x1x1", "--src", "col,R", "--dst", "R,R,R", "--rank", "1"),
+     "--src has 2 placements for a 3-d mesh"),
+    (("demo", "--mesh", "2x2", "--src", "S(0),S(x)", "--dst", "S(1),S(0)"), "--src: cannot read placement 'S(x)'"),
+    (("bench", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "S(1)"), "--dst has 1 placement for a 2-d mesh"),
+])
+def test_a_bad_mesh_placement_is_named_by_its_option_before_any_rank_starts(command, said):
+    run = reshard_cli(*command)
+    text = run.stdout + run.stderr
+    assert run.returncode == 2 and said in text, text
+    assert "every rank" not in text and "Traceback" not in text, text

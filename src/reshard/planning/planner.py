@@ -206,8 +206,8 @@ def redistribute(global_shape: Sequence[int], src: Sequence[Placement], dst: Seq
     mesh dim's communicator where it is one (``_as_collective``)."""
     shape = tuple(int(g) for g in global_shape)
     mesh_shape = tuple(int(m) for m in mesh_shape)
-    src = normalized(parse_placements(src, len(mesh_shape)), len(shape))
-    dst = normalized(parse_placements(dst, len(mesh_shape)), len(shape))
+    src = normalized(parse_placements(src, len(mesh_shape)), len(shape), "src Shard dim")
+    dst = normalized(parse_placements(dst, len(mesh_shape)), len(shape), "dst Shard dim")
     size = _numel(mesh_shape)
     if src == dst:
         return RankPlan("redistribute", rank, size, ())
@@ -245,9 +245,9 @@ def first_send(local_shape: Sequence[int], src: Sequence[Placement], dst: Sequen
     return b.dim, tuple(split_sizes(int(local_shape[b.dim]), int(mesh_shape[0]), rule))
 
 
-def normalized(placements: Sequence[Placement], ndim: int) -> tuple[Placement, ...]:
-    """The placements with each Shard's dim counted from the front."""
-    return normalize_placements(placements, ndim)
+def normalized(placements: Sequence[Placement], ndim: int, name: str = "Shard dim") -> tuple[Placement, ...]:
+    """The placements with each Shard's dim counted from the front (``name`` says which, if out of range)."""
+    return normalize_placements(placements, ndim, name)
 
 
 def _on_mesh_dim(mesh_shape: Shape, m: int, name: str, steps: tuple[Step, ...]) -> tuple[Step, ...]:

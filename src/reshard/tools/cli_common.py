@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from ..errors import InvalidArgument
-from ..planning.layout import parse_placement
+from ..planning.layout import parse_placement, parse_placements
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -41,6 +41,19 @@ def placement(text: str, option: str):
         return parse_placement(text)
     except InvalidArgument as exc:
         raise InvalidArgument(f"{option}: {exc}") from None
+
+
+def mesh_placements(text: str, option: str, mesh_ndim: int | None = None) -> tuple:
+    """``--src``/``--dst``'s text on a mesh (one placement per mesh dim, or a Spec) as a
+    placements tuple; ``InvalidArgument`` naming the option."""
+    try:
+        placements = parse_placements(text, mesh_ndim)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{option}: {exc}") from None
+    if mesh_ndim is not None and len(placements) != mesh_ndim:
+        count = len(placements)
+        raise InvalidArgument(f"{option} has {count} placement{'' if count == 1 else 's'} for a {mesh_ndim}-d mesh")
+    return placements
 
 
 def positive(text: str) -> int:

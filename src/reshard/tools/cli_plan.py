@@ -7,7 +7,7 @@ import argparse
 import json
 
 from ..errors import ReshardError
-from .cli_common import SMALL_PLAN_RANKS, make_console, placement
+from .cli_common import SMALL_PLAN_RANKS, make_console, mesh_placements, placement
 
 HOSTS_DEFAULT_SHAPE = (65536, 65536)  # with --hosts and no --shape: a layer-sized matrix
 
@@ -105,7 +105,6 @@ def _plan_moe(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from ..planning.layout import parse_placements
     from ..planning.plan import estimate_seconds, make_plan, plan_report, report_json
 
     shapes = args.shape or ()
@@ -145,8 +144,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.mesh and (args.src is None or args.dst is None):
         raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
-    src = parse_placements(args.src or "row", len(mesh))
-    dst = parse_placements(args.dst or "col", len(mesh))
+    src = mesh_placements(args.src or "row", "--src", len(mesh))
+    dst = mesh_placements(args.dst or "col", "--dst", len(mesh))
     report = mesh_plan(args.shape, src, dst, mesh, args.dtype)
     if args.json:
         if report["ranks"] > 4096:  # per-rank lists of tens of thousands of numbers: summarised
@@ -166,14 +165,13 @@ def _plan_many(args: argparse.Namespace, shapes: tuple) -> int:
     """``reshard plan --shape A,B,...``: each tensor's plan, then the call that moves them all
     (one check, one shared exchange of boxes; reduced tensors take their own steps after it)."""
     from ..planning import planner
-    from ..planning.layout import parse_placements
     from ..planning.mesh_plan import mesh_plan
 
     mesh = tuple(args.mesh) if args.mesh else (args.ranks,)
     if args.mesh and (args.src is None or args.dst is None):
         raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
-    src = parse_placements(args.src or "row", len(mesh))
-    dst = parse_placements(args.dst or "col", len(mesh))
+    src = mesh_placements(args.src or "row", "--src", len(mesh))
+    dst = mesh_placements(args.dst or "col", "--dst", len(mesh))
     reports = []
     for k, shape in enumerate(shapes):
         try:
@@ -209,7 +207,6 @@ def _plan_rank(args: argparse.Namespace) -> int:
     """``reshard plan --rank R``: that rank's part alone."""
     import math
 
-    from ..planning.layout import parse_placements
     from ..planning.plan import ITEMSIZE
     from ..viz.terminal import render_rank_plan
     from .rank_report import rank_report
@@ -222,8 +219,8 @@ def _plan_rank(args: argparse.Namespace) -> int:
     if args.mesh:
         if args.src is None or args.dst is None:
             raise ReshardError("on a mesh, give --src and --dst: one placement per mesh dim, e.g. --src 'S(0),S(1)'")
-        report = rank_report(args.shape, parse_placements(args.src), parse_placements(args.dst), args.rank, args.dtype,
-                             mesh=args.mesh)
+        report = rank_report(args.shape, mesh_placements(args.src, "--src", len(args.mesh)),
+                             mesh_placements(args.dst, "--dst", len(args.mesh)), args.rank, args.dtype, mesh=args.mesh)
     else:
         report = rank_report(args.shape, placement(args.src or "row", "--src"), placement(args.dst or "col", "--dst"), args.rank,
                              args.dtype, ranks=args.ranks)
