@@ -191,7 +191,9 @@ def all_gather(
     d = call.validate(lambda xt: normalize_dim(dim, xt.ndim, "dim"))
     call.record.args = (d,) if d is not None else ()
     shapes = call.agree(free_dims=(d,) if d is not None else ())
-    return execute.run(call, x, planner.all_gather(call.rank, shapes, d))
+    lengths = [int(sh[d]) for sh in shapes]
+    return execute.run(call, x, planner.all_gather(call.rank, shapes, d),
+                       backward=lambda: _summed_piece_back(call.comm, d, lengths))
 
 
 def gather(
@@ -236,7 +238,8 @@ def reduce_scatter(
     if d is not None:
         call.record.args = (d, REDUCE_OPS.index(op))
     call.agree(need_shapes=False)
-    return execute.run(call, x, planner.reduce_scatter(call.rank, call.size, d, op))
+    back = (lambda: _gathered_back(call.comm, d, op)) if op in ("sum", "avg") else None
+    return execute.run(call, x, planner.reduce_scatter(call.rank, call.size, d, op), backward=back)
 
 
 def all_reduce(
@@ -257,7 +260,35 @@ def all_reduce(
     if call.validate(validate.reducible, op, need_dims=False) is not None:
         call.record.args = (REDUCE_OPS.index(op),)
     call.agree(need_shapes=False)
-    return execute.run(call, x, planner.all_reduce(call.rank, call.size, tuple(call.x.shape), op))
+    back = (lambda: lambda g: all_reduce(g, op, call.comm, check=False)) if op in ("sum", "avg") else None
+    return execute.run(call, x, planner.all_reduce(call.rank, call.size, tuple(call.x.shape), op), backward=back)
+
+
+# The gradients of the collectives that gather or sum are JAX's transposes (all_gather <->
+# psum_scatter, psum -> psum): each rank's result feeds its own loss, and the losses add up.
+
+def _summed_piece_back(comm: Comm, dim: int, lengths: Sequence[int]) -> Any:
+    """all_gather's backward: this rank's piece along ``dim`` of every rank's gradient summed, in
+    rank order (a reduce_scatter by the gathered lengths, which need not be balanced)."""
+    def back(grad: Array) -> Array:
+        from .execution.arrays import array_backend
+
+        rows = grad.movedim(dim, 0).contiguous()  # [sum(lengths), ...]
+        mine = lengths[comm.rank]
+        got, _ = all_to_all_v(rows, lengths, comm, recv_counts=[mine] * len(lengths), check=False)
+        pieces = got.reshape(len(lengths), mine, *rows.shape[1:])  # [N, L_r, ...], one per rank
+        return array_backend("torch").stack_reduce(pieces, "sum").movedim(0, dim)
+
+    return back
+
+
+def _gathered_back(comm: Comm, dim: int, op: str) -> Any:
+    """reduce_scatter's backward (sum, avg): every rank's gradient piece gathered along ``dim``
+    (divided by N for avg, as the forward divides)."""
+    def back(grad: Array) -> Array:
+        return all_gather(grad / comm.size if op == "avg" else grad, dim, comm, check=False)
+
+    return back
 
 
 _SRC_NOT_GIVEN = Shard(0)  # the default src: a DTensor's own placements stand for it

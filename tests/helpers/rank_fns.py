@@ -1009,3 +1009,41 @@ def arguments_that_differ(comm, case, check):
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc)
     return "returned", ""
+
+
+def collective_input(rank: int, shape, seed: int):
+    """Rank ``rank``'s float64 input for a gradient case: halves, so every sum is exact."""
+    return np.random.default_rng(seed * 64 + rank).integers(-8, 8, size=shape).astype(np.float64) / 2
+
+
+def loss_weights(rank: int, shape):
+    """The weights of rank ``rank``'s loss ``sum(w * y)``: its result's gradient."""
+    return (rank + 1) + np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) / 4
+
+
+def gathered_and_summed_gradients(comm, cases):
+    """Each case ``(op, shape, dim, reduce_op, seed, async_op)``: x (this rank's input, requiring
+    grad) through the op twice (a first call and its replay), each result's loss
+    ``sum(loss_weights * y)`` taken backward; returns per case both calls' x.grad, or None where
+    the result is not on the tape."""
+    import torch
+
+    out = []
+    for op, shapes, dim, reduce_op, seed, async_op in cases:
+        grads = []
+        for _ in range(2):
+            x = torch.from_numpy(collective_input(comm.rank, shapes[comm.rank], seed)).requires_grad_()
+            if op == "all_gather":
+                y = rs.all_gather(x, dim, async_op=async_op)
+            elif op == "reduce_scatter":
+                y = rs.reduce_scatter(x, dim, reduce_op, async_op=async_op)
+            else:
+                y = rs.all_reduce(x, reduce_op, async_op=async_op)
+            y = y.wait() if async_op else y
+            if not y.requires_grad:
+                grads.append(None)
+                continue
+            (torch.from_numpy(loss_weights(comm.rank, tuple(y.shape))) * y).sum().backward()
+            grads.append(x.grad.numpy().copy())
+        out.append(grads)
+    return out

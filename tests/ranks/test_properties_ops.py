@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reshard as rs
-from tests.helpers.rank_fns import run_cases
+from tests.helpers.rank_fns import gathered_and_summed_gradients, run_cases
 
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -85,3 +86,63 @@ def gather_case(draw):
 def test_gather_family_uneven(example):
     n, case = example
     assert [r[0] for r in rs.spawn(run_cases, n, args=([case],), timeout=120)] == [None] * n
+
+
+@st.composite
+def gradient_cases(draw):
+    n = draw(st.integers(1, 4))
+    cases = []
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.sampled_from(["all_gather", "reduce_scatter", "all_reduce"]))
+        ndim = draw(st.integers(1, 3))
+        shape = draw(st.lists(st.integers(0, 5), min_size=ndim, max_size=ndim))
+        dim = draw(st.integers(-ndim, ndim - 1))
+        shapes = [list(shape) for _ in range(n)]
+        if op == "all_gather":  # each rank's length along dim its own
+            for sh in shapes:
+                sh[dim] = draw(st.integers(0, 4))
+        reduce_op = draw(st.sampled_from(["sum", "avg", "max"]))
+        cases.append((op, [tuple(sh) for sh in shapes], dim, reduce_op, draw(st.integers(0, 999)), draw(st.booleans())))
+    return n, cases
+
+
+def _gradients_in_one_process(n, case):
+    """The same losses in one process, torch's own autograd through cat, sum and slicing."""
+    import torch
+
+    from tests.helpers.rank_fns import collective_input, loss_weights
+
+    op, shapes, dim, reduce_op, seed, _ = case
+    xs = [torch.from_numpy(collective_input(r, shapes[r], seed)).requires_grad_() for r in range(n)]
+    if op == "all_gather":
+        ys = [torch.cat(xs, dim)] * n
+    else:
+        total = sum(xs[1:], xs[0]) / (n if reduce_op == "avg" else 1)
+        if op == "all_reduce":
+            ys = [total] * n
+        else:
+            sizes = rs.shard_sizes(shapes[0][dim], n)
+            ys = [total.narrow(dim, sum(sizes[:r]), sizes[r]) for r in range(n)]
+    sum((torch.from_numpy(loss_weights(r, tuple(ys[r].shape))) * ys[r]).sum() for r in range(n)).backward()
+    return [x.grad.numpy() for x in xs]
+
+
+@SETTINGS
+@given(gradient_cases(), st.sampled_from(["gloo", "mpi"]))
+def test_gathers_and_sums_carry_gradients_as_jax_transposes_them(example, engine):
+    # all_gather's gradient is the reduce_scatter of every rank's gradient, reduce_scatter's and
+    # all_reduce's the all_gather and all_reduce of theirs (sum, avg); max has no gradient here
+    import numpy as np
+
+    n, cases = example
+    if engine == "mpi":
+        pytest.importorskip("mpi4py", reason="mpi4py is not installed")
+    per_rank = rs.spawn(gathered_and_summed_gradients, n, engine, args=(cases,), timeout=120)
+    for k, case in enumerate(cases):
+        if case[0] != "all_gather" and case[3] == "max":
+            assert all(got[k] == [None, None] for got in per_rank), case
+            continue
+        want = _gradients_in_one_process(n, case)
+        for r, got in enumerate(per_rank):
+            for grad in got[k]:  # the first call and its replay
+                assert grad is not None and grad.shape == want[r].shape and np.array_equal(grad, want[r]), (case, r)

@@ -14,6 +14,9 @@ forward was checked).
 * redistribute(src -> dst): redistribute(grad, dst -> src), where a Partial placement on either
   side reads as Replicate for the gradient (the gradient of a sum with respect to each addend is
   the whole gradient), as in PyTorch DTensor.
+* all_gather, reduce_scatter and all_reduce (sum, avg): JAX's transposes, each rank's result
+  feeding its own loss (``ops._summed_piece_back``, ``ops._gathered_back``); max, min and gather
+  leave their results off the tape.
 """
 
 from __future__ import annotations
