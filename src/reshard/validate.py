@@ -47,11 +47,11 @@ def counts(values: Any, parts: int, name: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def sizes(values: Any, length: int, parts: int, name: str = "split_sizes") -> tuple[int, ...]:
-    """``counts`` that also add up to ``length``."""
+def sizes(values: Any, length: int, parts: int, name: str = "split_sizes", split: str = "the split dim") -> tuple[int, ...]:
+    """``counts`` that also add up to ``length``, the length of what ``split`` names."""
     out = counts(values, parts, name)
     if sum(out) != length:
-        raise InvalidArgument(f"{name} {out} sums to {sum(out)}, but the split dim has length {length}")
+        raise InvalidArgument(f"{name} {out} sums to {sum(out)}, but {split} has length {length}")
     return out
 
 
@@ -83,7 +83,7 @@ def all_to_all(x: Array, size: int, split_dim: Any, concat_dim: Any, split_sizes
                hosts: Sequence[int] = ()) -> AllToAllArgs:
     s = normalize_dim(split_dim, x.ndim, "split_dim")
     c = normalize_dim(concat_dim, x.ndim, "concat_dim")
-    cut = sizes(split_sizes, x.shape[s], size) if split_sizes is not None else None
+    cut = sizes(split_sizes, x.shape[s], size, split=f"split_dim {s}") if split_sizes is not None else None
     return AllToAllArgs(s, c, cut, exchange_algorithm(algorithm, hosts, s, c))
 
 
@@ -130,7 +130,7 @@ def all_to_all_v(x: Array, size: int, send_counts: Any, recv_counts: Any, algori
         raise InvalidArgument(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
     if hosts is not None and (algorithm == "hierarchical" or algorithm == "auto" and max(hosts) > 0):
         hosts_mesh_shape(hosts)  # the two levels need the same number of consecutive ranks per host
-    sent = sizes(send_counts, x.shape[0], size, "send_counts")
+    sent = sizes(send_counts, x.shape[0], size, "send_counts", split="x's dim 0 (its rows)")
     return sent, (counts(recv_counts, size, "recv_counts") if recv_counts is not None else None)
 
 

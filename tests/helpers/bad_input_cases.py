@@ -43,7 +43,10 @@ CASES = {
     # split sizes
     "split_sizes too short": ("all_to_all", a2a(split_sizes=[2, 2]), "InvalidArgument", "one per rank"),
     "split_sizes negative": ("all_to_all", a2a(split_sizes=[3, 2, -1]), "InvalidArgument", "negative"),
-    "split_sizes wrong sum": ("all_to_all", a2a(split_sizes=[1, 1, 1]), "InvalidArgument", "sums to 3"),
+    "split_sizes wrong sum": ("all_to_all", a2a(split_sizes=[1, 1, 1]), "InvalidArgument",
+                              "sums to 3, but split_dim 1 has length 4"),
+    "send_counts wrong sum": ("all_to_all_v", dict(x=A, send_counts=[2, 2, 1]), "InvalidArgument",
+                              "sums to 5, but x's dim 0 (its rows) has length 6"),
     "split_sizes not ints": ("all_to_all", a2a(split_sizes=[1.5, 1.5, 1]), "InvalidArgument", "int"),
     "split_sizes not a list": ("all_to_all", a2a(split_sizes=4), "InvalidArgument", "sequence"),
     # dims
