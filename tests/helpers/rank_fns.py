@@ -1047,3 +1047,17 @@ def gathered_and_summed_gradients(comm, cases):
             grads.append(x.grad.numpy().copy())
         out.append(grads)
     return out
+
+
+def rows_to_columns_in_dtype(comm, dtype, bad_rank=None):
+    """The row -> column all_to_all of a 4 x 6 matrix held in numpy ``dtype`` (on ``bad_rank``
+    only, where given, float32 elsewhere); returns (error class, message) or the result's dtype
+    and whether it equals numpy's columns."""
+    full = np.arange(4 * 6, dtype=np.float64).reshape(4, 6)
+    rows = full[2 * comm.rank: 2 * comm.rank + 2]
+    x = rows.astype(dtype if bad_rank in (None, comm.rank) else np.float32)
+    try:
+        got = rs.all_to_all(x, split_dim=1, concat_dim=0)
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+    return got.dtype.str, bool(np.array_equal(got.astype(np.float64), full[:, 3 * comm.rank: 3 * comm.rank + 3]))

@@ -9,7 +9,7 @@ import pytest
 
 import reshard as rs
 from tests.helpers.bad_input_cases import CASES, A, N, a2a
-from tests.helpers.rank_fns import call_op, grad_input_all_to_all
+from tests.helpers.rank_fns import call_op, grad_input_all_to_all, rows_to_columns_in_dtype
 
 NEEDS_MPI = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="mpi4py is not installed")
 
@@ -54,3 +54,16 @@ def test_requires_grad_input_is_accepted_and_untouched():
         assert untouched, f"rank {rank}: the input changed, or lost requires_grad, or got a grad"
         assert on_tape and right, f"rank {rank}: the result is off the tape or wrong"
         assert grad_right, f"rank {rank}: the input's gradient is wrong"
+
+
+@pytest.mark.parametrize("dtype,said", [(">f4", "byte order"), ("longdouble", "torch has no dtype for")])
+def test_numpy_arrays_torch_cannot_view_are_refused_on_gloo_and_moved_on_mpi(dtype, said):
+    # gloo moves numpy arrays as torch views, which torch.from_numpy cannot make of these: its
+    # ValueError or TypeError came out bare from deep inside
+    import numpy as np
+
+    for rank, (kind, message) in enumerate(rs.spawn(rows_to_columns_in_dtype, 2, "gloo", args=(dtype, 1))):
+        assert kind == "UnsupportedDType" and said in message and "rank 1" in message, (rank, message)
+    if importlib.util.find_spec("mpi4py") is not None:  # MPI moves any numpy dtype's bytes as they are
+        for got_dtype, equal in rs.spawn(rows_to_columns_in_dtype, 2, "mpi", args=(dtype,)):
+            assert got_dtype == np.dtype(dtype).str and equal

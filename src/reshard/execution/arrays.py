@@ -327,7 +327,15 @@ def to_torch(x: Any) -> Any:
 
     # torch.from_numpy warns on read-only arrays; we never write into the input, so a view is
     # safe where torch allows one.
+    if not x.dtype.isnative:
+        raise UnsupportedDType(f"x has dtype {x.dtype.str} (byte order not this machine's), which torch cannot view, "
+                               "and gloo moves numpy arrays as torch tensors: pass "
+                               "x.astype(x.dtype.newbyteorder('=')), or use the mpi engine")
     x = without_negative_strides(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(x)
+        try:
+            return torch.from_numpy(x)
+        except TypeError:  # a numpy dtype torch has no twin of (longdouble, clongdouble)
+            raise UnsupportedDType(f"x has dtype {x.dtype}, which torch has no dtype for, and gloo moves numpy arrays as "
+                                   "torch tensors: convert it (float64, complex128) or use the mpi engine") from None
