@@ -326,7 +326,7 @@ def _arguments(x: Array, mesh: Any, src: Any, axes: Any, s: Any, dst: Any, norm:
     a = x
     if torch_in:
         try:
-            a = x.detach().cpu().numpy()
+            a = x.detach().cpu().resolve_conj().resolve_neg().numpy()
         except TypeError as exc:  # a dtype numpy has no kind for (bfloat16)
             raise UnsupportedDType(f"x has dtype {x.dtype}, which numpy's FFT cannot take ({exc})") from None
     if norm not in NORMS:

@@ -21,6 +21,7 @@ from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
 from .execution import arena_reads, execute
 from .execution.agreement import compare_dims
+from .execution.arrays import resolved
 from .execution.call import Call, refuse, replay_or_new, wants_grad
 from .execution.hot_replay import MISS, replay_hot
 from .mesh import Mesh
@@ -322,6 +323,7 @@ def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh
     if kinds == {np.ndarray}:  # the common case, kept cheap: it runs on every replay
         shapes: tuple = (np.ndarray, tuple(map(_DTYPE, xs)), tuple(map(_SHAPE, xs)))
     else:
+        xs = [resolved(x) for x in xs]  # a lazy conjugate's values, not its memory's
         shapes = tuple([(type(x), getattr(x, "dtype", None), getattr(x, "shape", None),
                          getattr(x, "requires_grad", False)) for x in xs])
     if world:

@@ -1061,3 +1061,32 @@ def rows_to_columns_in_dtype(comm, dtype, bad_rank=None):
     except rs.ReshardError as exc:
         return type(exc).__name__, str(exc)
     return got.dtype.str, bool(np.array_equal(got.astype(np.float64), full[:, 3 * comm.rank: 3 * comm.rank + 3]))
+
+
+def lazy_conjugates_move_their_values(comm):
+    """Each op on a complex tensor, then on its lazy conjugate (``x.conj()``, a replay of the
+    same signature) and on the lazy negation ``x.conj().imag``; for each, whether the result
+    equals the op on the same values held plainly (``resolve_conj``/``resolve_neg``)."""
+    import torch
+
+    n, r = comm.size, comm.rank
+    base = torch.arange(4 * 3 * n, dtype=torch.float64).reshape(4, 3 * n) + 100 * r
+    z = (base + 1j * (base + 0.5)).to(torch.complex128)
+    ops = {
+        "all_to_all": lambda t: rs.all_to_all(t, 1, 0),
+        "all_gather": lambda t: rs.all_gather(t, 1),
+        "all_reduce": lambda t: rs.all_reduce(t),
+        "all_to_all_v": lambda t: rs.all_to_all_v(t, [4 // n + (1 if j < 4 % n else 0) for j in range(n)])[0],
+        "redistribute": lambda t: rs.redistribute(t, rs.Shard(0), rs.Shard(1)),
+        "list": lambda t: rs.redistribute([t, t], rs.Shard(0), rs.Shard(1))[0],
+        "started": lambda t: rs.all_to_all(t, 1, 0, async_op=True).wait(),
+    }
+    out = {}
+    for name, op in ops.items():
+        ok = []
+        for lazy in (z, z.conj(), z.conj().imag):
+            got = op(lazy)
+            want = op(lazy.resolve_conj().resolve_neg().clone())
+            ok.append(bool(torch.equal(got.resolve_conj().resolve_neg(), want)))
+        out[name] = ok
+    return out

@@ -9,7 +9,12 @@ import pytest
 
 import reshard as rs
 from tests.helpers.bad_input_cases import CASES, A, N, a2a
-from tests.helpers.rank_fns import call_op, grad_input_all_to_all, rows_to_columns_in_dtype
+from tests.helpers.rank_fns import (
+    call_op,
+    grad_input_all_to_all,
+    lazy_conjugates_move_their_values,
+    rows_to_columns_in_dtype,
+)
 
 NEEDS_MPI = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="mpi4py is not installed")
 
@@ -67,3 +72,12 @@ def test_numpy_arrays_torch_cannot_view_are_refused_on_gloo_and_moved_on_mpi(dty
     if importlib.util.find_spec("mpi4py") is not None:  # MPI moves any numpy dtype's bytes as they are
         for got_dtype, equal in rs.spawn(rows_to_columns_in_dtype, 2, "mpi", args=(dtype,)):
             assert got_dtype == np.dtype(dtype).str and equal
+
+
+@pytest.mark.parametrize("engine", ["gloo", pytest.param("mpi", marks=NEEDS_MPI)])
+def test_a_lazy_conjugate_moves_its_values_not_its_memory(engine, monkeypatch):
+    # x.conj() and x.conj().imag are views whose memory holds the unconjugated values: MPI's list
+    # path sent that memory (silently wrong), the others failed inside torch's numpy()
+    monkeypatch.setenv("RESHARD_ARENA_MIN_BYTES", "0")  # the arena's in-place reads too
+    for rank, per_op in enumerate(rs.spawn(lazy_conjugates_move_their_values, 3, engine)):
+        assert per_op == dict.fromkeys(per_op, [True, True, True]), (rank, per_op)

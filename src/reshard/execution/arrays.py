@@ -31,6 +31,17 @@ def is_torch(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def resolved(x: Any) -> Any:
+    """A torch tensor's values as memory holds them: a lazy conjugate or negation (``x.conj()``
+    of a complex tensor, ``.imag`` of one) applied in a copy, since the bytes that move are the
+    memory's, not the view's. Anything else as it is."""
+    if type(x) is np.ndarray or not is_torch(x):
+        return x
+    if x.is_conj() or x.is_neg():
+        return x.resolve_conj().resolve_neg()
+    return x
+
+
 def data_ptr(a: Any) -> int:
     """The address of an array's or tensor's first element."""
     return a.data_ptr() if is_torch(a) else a.__array_interface__["data"][0]

@@ -30,7 +30,7 @@ import numpy as np
 from ..comm import Comm, current, current_or_none
 from ..errors import InvalidArgument, MismatchError, ReshardError
 from . import agreement, handles, phases
-from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
+from .arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, resolved, to_torch
 from .hot_replay import MISS, HotReplay, ReplayState, plain_key, replay_hot
 from .stats import ExchangeStats, Tally, set_last
 
@@ -106,6 +106,7 @@ def replay_or_new(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
     repeated call, runs without building a ``Call`` at all. ``hot_args`` (default ``args``)
     are the arguments as the caller got them, for ``replay_hot``; a caller that passes them
     has tried ``replay_hot`` itself."""
+    x = resolved(x)  # a lazy conjugate moves its values, on every path below
     if hot_args is None:
         hot_args = args
         done = replay_hot(op, x, comm, check, args)
@@ -186,7 +187,7 @@ class Call:
         self.arrays = self.primitives.arrays
         self.rank, self.size = self.comm.rank, self.comm.size
         self.numpy_in = False
-        self.x = x
+        self.x = resolved(x)  # a lazy conjugate moves its values, not its memory
         self.arg_names = arg_names
         self.error: ReshardError | None = None
         self.stats = ExchangeStats(op)  # filled by the executor

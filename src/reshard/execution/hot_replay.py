@@ -26,7 +26,7 @@ from ..comm import Comm, current_or_none
 from ..planning.layout import Layout, Partial, Replicate, Shard, Spec
 from . import handles
 from .activity import op_code
-from .arrays import is_numpy, is_torch, to_torch
+from .arrays import is_numpy, is_torch, resolved, to_torch
 from .stats import ExchangeStats, Tally, set_last_replay
 
 MISS = object()  # no result: the call goes on down the full path
@@ -91,6 +91,7 @@ def replay_hot(op: str, x: Any, comm: Comm | None, check: bool | None, args: tup
     """The result of one of this op's last unchecked replays run again, where ``args`` and
     ``x`` are those it was made for (``HotReplay``), or ``MISS``: a few attribute reads and
     comparisons before the engine's call."""
+    x = resolved(x)  # a lazy conjugate moves its values
     if comm is None:
         comm = current_or_none()
         if comm is None:
