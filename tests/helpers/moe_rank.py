@@ -255,7 +255,8 @@ def _experts(n: int, case: dict, rank: int) -> list:
 
 def run_pipeline(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
     """Per case: rs.moe.pipeline with ``case["chunks"]`` parts against dispatch, the experts and
-    combine in one part (blocking), bit for bit; on torch the tokens' and weights' gradients too."""
+    combine in one part (blocking), both with ``case["algorithm"]`` (default "auto") on the
+    ranks' own hosts, bit for bit; on torch the tokens' and weights' gradients too."""
     out = []
     for case in cases:
         try:
@@ -267,11 +268,13 @@ def run_pipeline(comm: rs.Comm, cases: list[dict]) -> list[str | None]:
                 if case["kind"] == "torch":
                     x.requires_grad_(True)
                     w.requires_grad_(True)
+                algorithm = case.get("algorithm", "auto")
                 if parts is None:
-                    inputs, handle = rs.moe.dispatch(x, ids, case["experts"], capacity=case["capacity"])
+                    inputs, handle = rs.moe.dispatch(x, ids, case["experts"], capacity=case["capacity"],
+                                                     algorithm=algorithm)
                     y = rs.moe.combine(rs.moe._run_experts(experts, inputs, handle.tokens_per_expert), handle, w)
                 else:
-                    y = rs.moe.pipeline(x, ids, experts, w, chunks=parts, capacity=case["capacity"])
+                    y = rs.moe.pipeline(x, ids, experts, w, chunks=parts, capacity=case["capacity"], algorithm=algorithm)
                 grads = ()
                 if case["kind"] == "torch":
                     import torch

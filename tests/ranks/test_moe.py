@@ -85,6 +85,18 @@ def test_pipeline_equals_one_part_bit_for_bit(example, chunks):
     assert_every_case_passes(moe_rank.run_pipeline, n, cases)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_pipeline_asked_for_two_levels_on_one_host_runs_them(engine):
+    # chunks > 1 puts the combines on the pipeline's own communicator, which lacked the hosts
+    # mesh the two-level path runs on when every rank sits on one host
+    cases = [dict(seed=s, tokens=t, hidden=3, experts=6, k=2, capacity=c, dtype="float64", kind=kind,
+                  flat_ids=False, algorithm="hierarchical", chunks=chunks)
+             for s, (t, c, kind, chunks) in enumerate([([5, 7, 0], None, "numpy", 2), ([9, 4, 6], 2, "torch", 3),
+                                                       ([1, 0, 2], None, "torch", 5)])]
+    for rank, problems in enumerate(rs.spawn(moe_rank.run_pipeline, 3, engine, args=(cases,), timeout=120)):
+        assert problems == [None] * len(cases), (rank, problems)
+
+
 FIXED_MOE = [
     dict(seed=1, tokens=[0, 0, 0], hidden=2, experts=3, k=1, capacity=None),  # nobody has tokens
     dict(seed=2, tokens=[5, 0, 7], hidden=3, experts=6, k=2, capacity=None),  # a rank without tokens

@@ -393,7 +393,7 @@ def pipeline(
     execute.finish(call, None)
     top_k = ids.shape[1]
     bounds = offsets(shard_sizes(ids.shape[0], parts)) + [ids.shape[0]]
-    lane = _combine_lane(comm_) if parts > 1 and may_overlap(comm_, tokens) else None  # before any is started
+    lane = _combine_lane(comm_, algorithm) if parts > 1 and may_overlap(comm_, tokens) else None  # before any is started
     started = [
         run_started("moe.dispatch", _timed(timeline, "dispatch", part, lambda a=a, b=b: _dispatch(
             tokens[a:b], ids[a:b], num_experts, comm_, None, check, routable[a * top_k : b * top_k], algorithm)), comm_)
@@ -427,21 +427,25 @@ def _timed(timeline: list | None, what: str, part: int, run: Callable[[], Any]) 
     return noted
 
 
-def _combine_lane(comm: Comm) -> Comm:
+def _combine_lane(comm: Comm, algorithm: str) -> Comm:
     """The pipeline's own communicator over ``comm``'s ranks, for its combines: made at the first
     pipeline that needs it (a collective: every rank's first such call), closed with ``comm``.
-    Its host mesh's sub-communicators are made here too, never on a worker."""
+    Its host mesh's sub-communicators are made here too, never on a worker: at the first
+    pipeline that may take the two-level path (several hosts, or ``"hierarchical"`` asked for
+    on one), the same call on every rank since ``algorithm`` agrees."""
     if comm.pipeline_lane is None:
         handles.settle()  # a collective: after the calls started before it
         lane = Comm(comm.primitives.subgroup([list(range(comm.size))]), check=comm.check, timeout=comm.timeout,
                     hosts=comm.hosts)
         lane.activity = comm.activity
-        if max(comm.hosts) > 0:  # the two-level path's exchanges, on the lane's own sub-communicators
-            lane.hosts_mesh = Mesh.from_hosts(lane)
-            lane.hosts_mesh.sub(0), lane.hosts_mesh.sub(1)
         comm.children.append(lane)
         comm.pipeline_lane = lane
-    return comm.pipeline_lane
+    lane = comm.pipeline_lane
+    if lane.hosts_mesh is None and (max(comm.hosts) > 0 or algorithm == "hierarchical"):
+        handles.settle()
+        lane.hosts_mesh = Mesh.from_hosts(lane)  # the two-level path's exchanges, on the lane's own sub-communicators
+        lane.hosts_mesh.sub(0), lane.hosts_mesh.sub(1)
+    return lane
 
 
 def _on_lane(routed: MoEHandle, lane: Comm) -> MoEHandle:
