@@ -1090,3 +1090,11 @@ def lazy_conjugates_move_their_values(comm):
             ok.append(bool(torch.equal(got.resolve_conj().resolve_neg(), want)))
         out[name] = ok
     return out
+
+
+def raises_a_long_message(comm, rank=1, lines=500):
+    """Rank ``rank`` raises a ValueError whose message has ``lines`` numbered lines; the others
+    wait for it in a collective."""
+    if comm.rank == rank:
+        raise ValueError("\n".join(f"message line {i}" for i in range(lines)))
+    rs.all_reduce(np.ones(2))

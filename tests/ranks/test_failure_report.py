@@ -124,3 +124,15 @@ def test_the_rank_prefix_can_be_turned_off(tmp_path):
 def test_no_engine_warning_reaches_the_job(engine):
     for said in rs.spawn(rank_fns.warnings_from_read_only_inputs, 3, engine=engine, timeout=120):
         assert said == [], said
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_long_message_is_cut_in_the_report_and_whole_in_failures(engine):
+    with pytest.raises(rs.RankFailed) as info:
+        rs.spawn(rank_fns.raises_a_long_message, 2, engine=engine, args=(1, 500), timeout=60)
+    report = str(info.value)
+    assert report.startswith("rank 1 failed: ValueError: message line 0\n"), report
+    assert "message line 19\n" in report and "message line 20\n" not in report, report
+    assert re.search(r"\n\.\.\. \([\d,]+ more characters of the message: it is whole in \.failures\)\n", report), report
+    assert len(report) < 3000, len(report)
+    assert "message line 499" in info.value.failures[1]

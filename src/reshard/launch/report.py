@@ -168,10 +168,24 @@ def _cause(r: int, raised: dict[int, RankError], failures: dict[int, str], full:
     err = raised.get(r)
     if err is None:  # it ended, overran or was stopped: the launcher's words
         return _without_own_prefix(failures[r].rstrip(), r)
-    head = f"failed: {_without_own_prefix(err.summary or err.text.splitlines()[0], r)}"
+    head = f"failed: {_fitted(_without_own_prefix(err.summary or err.text.splitlines()[0], r))}"
     frames = err.all_frames if full else err.frames
     body = "".join("\n  " + line for line in frames.rstrip().splitlines())
     return head + body
+
+
+MESSAGE_LINES, MESSAGE_CHARS = 20, 2000  # of a job's own exception message in the report
+
+
+def _fitted(message: str) -> str:
+    """``message`` cut to ``MESSAGE_LINES`` lines and ``MESSAGE_CHARS`` characters, saying how
+    much was left out and where it is, so that one long message cannot bury the report."""
+    lines = message.splitlines()
+    cut = "\n".join(lines[:MESSAGE_LINES])[:MESSAGE_CHARS]
+    if len(lines) <= MESSAGE_LINES and len(message) <= MESSAGE_CHARS:
+        return message
+    left = len(message) - len(cut)
+    return f"{cut}\n... ({left:,} more characters of the message: it is whole in .failures)"
 
 
 def _stopped_line(r: int, culprits: Sequence[int], early: Sequence[int], raised: dict[int, RankError],
