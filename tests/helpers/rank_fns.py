@@ -1098,3 +1098,15 @@ def raises_a_long_message(comm, rank=1, lines=500):
     if comm.rank == rank:
         raise ValueError("\n".join(f"message line {i}" for i in range(lines)))
     rs.all_reduce(np.ones(2))
+
+
+def spawns_a_job(comm, engine):
+    """This rank starts a job of two ranks of its own on ``engine``; their ranks, or the error."""
+    try:
+        return rs.spawn(_own_rank, 2, engine, timeout=60)
+    except rs.ReshardError as exc:
+        return type(exc).__name__, str(exc)
+
+
+def _own_rank(comm):
+    return comm.rank

@@ -110,3 +110,10 @@ def test_a_setting_that_cannot_be_read_fails_the_job_before_any_rank_starts(monk
 def test_reshard_check_sets_the_default_check_of_the_ranks_spawn_starts(monkeypatch, setting, given, want):
     monkeypatch.setenv("RESHARD_CHECK", setting)
     assert rs.spawn(rank_fns.default_check, 2, check=given) == [want, want]
+
+
+def test_a_gloo_rank_that_starts_a_gloo_job_is_told_why_it_cannot_and_an_mpi_one_runs():
+    # a gloo rank is a daemon process, which multiprocessing forbids to have children
+    (name, message), = rs.spawn(rank_fns.spawns_a_job, 1, "gloo", args=("gloo",), timeout=120)
+    assert name == "InvalidArgument" and "daemon process" in message and "engine='mpi'" in message, message
+    assert rs.spawn(rank_fns.spawns_a_job, 1, "gloo", args=("mpi",), timeout=120) == [[0, 1]]

@@ -59,7 +59,8 @@ def spawn(
 
     ``engine``: "gloo" (torch.distributed), "nccl" or "mpi"; None takes gloo where torch is
     installed, else MPI (with a ``UserWarning`` saying so). An engine whose library is missing
-    raises ``MissingDependency`` naming the extra to install.
+    raises ``MissingDependency`` naming the extra to install. A rank of a gloo or NCCL job may
+    itself start only an MPI job (its ranks are daemon processes, which may not have children).
 
     ``check``: the ranks' communicators' default for the cross-rank agreement check
     (``check=False`` or ``RESHARD_CHECK=0`` turns it off). Every ``RESHARD_*`` setting is read
@@ -84,6 +85,12 @@ def spawn(
         raise InvalidArgument(
             f"rs.spawn is called at the top level of the script ({site}); put the call under "
             f"`if __name__ == \"__main__\":` so that importing the script does not start a job"
+        )
+    if engine != "mpi" and mp.current_process().daemon:  # multiprocessing would fail with a bare assert
+        raise InvalidArgument(
+            f"rs.spawn(engine={engine!r}) cannot start ranks from a daemon process (as a rank that "
+            f"rs.spawn started on gloo or NCCL is): its ranks would be its children, which a daemon "
+            f"may not have; start this job with engine='mpi', or from the main process"
         )
     timeout = settings.check_seconds("timeout", timeout)
     settings.check_set()  # the ranks read the same environment: a bad setting fails here, once
