@@ -162,8 +162,8 @@ def _tensor_global_shape(i: int, shapes: list, src: tuple, mesh_shape: tuple, ru
     try:
         compare_dims("redistribute", shapes, tuple(split))
         return _global_shape(shapes, src, mesh_shape, rule, world) if split else tuple(shapes[0])
-    except MismatchError as exc:
-        raise MismatchError(f"tensor {i}: {exc}") from None
+    except MismatchError as exc:  # "redistribute: tensor i: ...", as the other checks of a list say it
+        raise MismatchError(f"redistribute: tensor {i}: {str(exc).removeprefix('redistribute: ')}") from None
 
 
 def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -> Any:
