@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -140,6 +141,23 @@ def _missing_extra(args: argparse.Namespace) -> str | None:
         missing = missing_for(args.engine)
         if missing is not None:
             return f"reshard: {missing}"
+    return None
+
+
+def _unwritable_output(args: argparse.Namespace) -> str | None:
+    """One line naming a ``--png``, ``--html`` or ``--json`` FILE that cannot be written, found
+    before any rank starts (the job would otherwise run to its end and then fail to save)."""
+    for flag in ("png", "html", "json"):
+        path = getattr(args, flag, None)
+        if not isinstance(path, str):  # --json is a switch on the commands that print it
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            return f"reshard: --{flag} {path} is a folder: give the file to write"
+        if not os.path.isdir(folder):
+            return f"reshard: --{flag} {path}: the folder {folder} does not exist"
+        if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+            return f"reshard: --{flag} {path} cannot be written here (permission denied)"
     return None
 
 
@@ -366,7 +384,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    missing = None if args.command == "doctor" else _missing_extra(args)
+    missing = _unwritable_output(args) or (None if args.command == "doctor" else _missing_extra(args))
     if missing is not None:
         print(missing, file=sys.stderr)
         return 2

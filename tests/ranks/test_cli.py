@@ -312,3 +312,17 @@ def test_a_bad_mesh_placement_is_named_by_its_option_before_any_rank_starts(comm
     text = run.stdout + run.stderr
     assert run.returncode == 2 and said in text, text
     assert "every rank" not in text and "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("command,option", [
+    (("explain", "--png"), "--png"), (("demo", "--html"), "--html"), (("explain", "--moe", "--html"), "--html"),
+    (("bench", "--sizes", "64K", "--json"), "--json"),
+])
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_an_output_file_that_cannot_be_written_is_named_before_any_rank_starts(tmp_path, command, option, where):
+    path = tmp_path / "no such folder" / "out" if where == "missing folder" else tmp_path
+    run = reshard_cli(*command, str(path))
+    text = run.stdout + run.stderr
+    said = "does not exist" if where == "missing folder" else "is a folder"
+    assert run.returncode == 2 and f"{option} {path}" in text and said in text, text
+    assert "Traceback" not in text and "every rank" not in text, text
