@@ -145,9 +145,10 @@ def _missing_extra(args: argparse.Namespace) -> str | None:
 
 
 def _unwritable_output(args: argparse.Namespace) -> str | None:
-    """One line naming a ``--png``, ``--html`` or ``--json`` FILE that cannot be written, found
-    before any rank starts (the job would otherwise run to its end and then fail to save)."""
-    for flag in ("png", "html", "json"):
+    """One line naming a FILE to write (``--png``, ``--html``, ``--json``, ``--plot``,
+    ``--timeline``) that cannot be written, found before any rank starts (the job would
+    otherwise run to its end and then fail to save)."""
+    for flag in ("png", "html", "json", "plot", "timeline"):
         path = getattr(args, flag, None)
         if not isinstance(path, str):  # --json is a switch on the commands that print it
             continue

@@ -316,7 +316,7 @@ def test_a_bad_mesh_placement_is_named_by_its_option_before_any_rank_starts(comm
 
 @pytest.mark.parametrize("command,option", [
     (("explain", "--png"), "--png"), (("demo", "--html"), "--html"), (("explain", "--moe", "--html"), "--html"),
-    (("bench", "--sizes", "64K", "--json"), "--json"),
+    (("bench", "--sizes", "64K", "--json"), "--json"), (("bench", "--sizes", "64K", "--plot"), "--plot"),
 ])
 @pytest.mark.parametrize("where", ["missing folder", "a folder"])
 def test_an_output_file_that_cannot_be_written_is_named_before_any_rank_starts(tmp_path, command, option, where):
