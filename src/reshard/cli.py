@@ -359,10 +359,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for text, option in ((args.src, "--src"), (args.dst, "--dst")):  # refused here, before any rank starts
             mesh_placements(text, option, len(args.mesh))
         args.ranks = math.prod(args.mesh)
-        methods = [m for m in methods if m in ("reshard", "reshard-nocheck", "dtensor")] or ["reshard", "dtensor"]
     unknown = [m for m in methods if m not in BENCH_METHODS_ALL]
     if unknown or not methods:
         print(f"reshard bench: unknown method(s) {unknown}; choose from {', '.join(BENCH_METHODS_ALL)}", file=sys.stderr)
+        return 2
+    mesh = tuple(args.mesh) if args.mesh else None
+    skipped = {m: why for m in methods if (why := bench.method_unavailable(m, args.op, args.engine, args.ranks, mesh))}
+    if args.methods != ",".join(BENCH_METHODS):  # the default set drops what does not apply without a word
+        for m, why in skipped.items():
+            print(f"reshard bench: --methods {m} is not timed here: {why}", file=sys.stderr)
+    if len(skipped) == len(methods):
+        print("reshard bench: none of --methods can be timed here", file=sys.stderr)
         return 2
     if args.op == "moe" and 8 % args.ranks:
         print("reshard bench: --op moe places 8 experts, so --ranks must be 1, 2, 4 or 8", file=sys.stderr)

@@ -133,3 +133,26 @@ def test_bench_overlap_times_started_calls_and_the_moe_pipeline(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in run.stdout
     assert reshard_cli("bench", "--timeline", str(png)).returncode == 2
     assert reshard_cli("bench", "--overlap", "--ranks", "3").returncode == 2
+
+
+@pytest.mark.parametrize("args,named,timed", [
+    pytest.param(("--engine", "mpi", "--methods", "raw+local,dtensor"),
+                 ["raw+local is not timed here: it is an MoE layer's", "dtensor is not timed here: DTensor runs on torch"],
+                 None, marks=pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")),
+    (("--op", "all_gather", "--methods", "reshard,raw+pack"), ["raw+pack is not timed here"], ["reshard"]),
+    (("--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "S(1),S(0)", "--methods", "reshard,raw"),
+     ["raw is not timed here: a mesh run times reshard, reshard-nocheck and dtensor only"], ["reshard"]),
+    (("--methods", "raw,memcpy"), [], ["raw", "memcpy"]),
+])
+def test_a_method_asked_for_that_cannot_run_here_is_named_with_why(tmp_path, args, named, timed):
+    out = tmp_path / "bench.json"
+    run = reshard_cli("bench", "--sizes", "16K", "--iters", "2", "--warmup", "0", "--json", str(out), *args)
+    for words in named:
+        assert words in run.stderr, run.stderr
+    if timed is not None:
+        assert run.returncode == 0 and [r["method"] for r in json.loads(out.read_text())["rows"]] == timed
+        # a ratios table only where reshard was timed beside something
+        assert ("ratios" in run.stdout) == ("reshard" in timed and len(timed) > 1), run.stdout
+    else:  # nothing left to time: refused before any rank starts, no empty table
+        assert run.returncode == 2 and "none of --methods can be timed here" in run.stderr and not out.exists()
+        assert "time (us)" not in run.stdout, run.stdout

@@ -42,7 +42,8 @@ from .rank import MOE_EXPERTS, MOE_HIDDEN, MOE_TOP_K, OPS, ROUND_INTS, bench_ran
 from .report import Row, human, plot, ratios, render, write_json
 
 __all__ = [
-    "OPS", "ROUND_INTS", "MOE_HIDDEN", "MOE_EXPERTS", "MOE_TOP_K", "Row", "bench_rank", "count_wrong", "human", "parse_size",
+    "OPS", "ROUND_INTS", "MOE_HIDDEN", "MOE_EXPERTS", "MOE_TOP_K", "Row", "bench_rank", "count_wrong", "human",
+    "method_unavailable", "parse_size",
     "parse_sizes", "plot", "ratios", "render", "run_bench", "write_json",
 ]
 
@@ -72,6 +73,25 @@ def parse_sizes(text: str, factor: int = 4) -> list[int]:
     return [parse_size(t) for t in text.split(",") if t.strip()]
 
 
+def method_unavailable(method: str, op: str, engine: str, ranks: int, mesh: tuple | None = None) -> str | None:
+    """Why ``method`` is not timed for this op, engine and rank count (None: it is)."""
+    if mesh is not None:
+        if method not in ("reshard", "reshard-nocheck", "dtensor"):
+            return "a mesh run times reshard, reshard-nocheck and dtensor only"
+    elif method in ("raw+pack", "raw+round") and op not in ("all_to_all", "redistribute"):
+        return f"it is the Shard(0) -> Shard(1) exchange written by hand (--op redistribute or all_to_all), not --op {op}"
+    elif method == "raw+local" and op != "moe":
+        return "it is an MoE layer's exchanges and local passes written by hand (--op moe)"
+    if method == "dtensor":
+        if engine == "mpi":
+            return "DTensor runs on torch.distributed (--engine gloo), not on MPI"
+        if mesh is None and op not in ("all_to_all", "redistribute"):
+            return f"DTensor is timed on layout changes (--op redistribute or all_to_all, or --mesh), not --op {op}"
+        if mesh is None and ranks < 2:
+            return "DTensor's layout change needs at least 2 ranks"
+    return None
+
+
 def run_bench(engine: str, ranks: int, op: str, sizes: list[int], dtype: str, methods: list[str],
               iters: int = 0, warmup: int = 2, timeout: float = 1800.0, show_progress: bool = True,
               numpy_arrays: bool = False, mesh: tuple | None = None, src: str | None = None,
@@ -80,10 +100,7 @@ def run_bench(engine: str, ranks: int, op: str, sizes: list[int], dtype: str, me
 
     if op == "moe" and MOE_EXPERTS % ranks:
         raise ValueError(f"--op moe uses {MOE_EXPERTS} experts, so --ranks must divide {MOE_EXPERTS}")
-    if engine == "mpi":
-        methods = [m for m in methods if m != "dtensor"]
-    if op == "moe":
-        methods = [m for m in methods if m != "dtensor"]
+    methods = [m for m in methods if method_unavailable(m, op, engine, ranks, mesh) is None]
     tmp = tempfile.mkdtemp(prefix="reshard-bench-")
     progress_path = os.path.join(tmp, "progress")
     open(progress_path, "w").close()

@@ -61,15 +61,16 @@ def render(console: Any, rows: list[Row], engine: str, ranks: int, op: str) -> N
                       f"{r.busbw:.2f}", str(r.wrong), extra,
                       *(("-" if r.sent_bytes < 0 else human(r.sent_bytes),) if counted else ()))
     console.print(table)
-    summary = Table(title="ratios (time / time; below 1 = reshard faster)", title_justify="left")
     entries = ratios(rows)
     keys = sorted({k for e in entries for k in e if k != "size"})
-    summary.add_column("size", justify="right")
-    for k in keys:
-        summary.add_column(k, justify="right")
-    for e in entries:
-        summary.add_row(human(e["size"]), *[f"{e[k]:.2f}x" if k in e else "-" for k in keys])
-    console.print(summary)
+    if keys:  # none where no reshard row, or nothing beside it, was timed
+        summary = Table(title="ratios (time / time; below 1 = reshard faster)", title_justify="left")
+        summary.add_column("size", justify="right")
+        for k in keys:
+            summary.add_column(k, justify="right")
+        for e in entries:
+            summary.add_row(human(e["size"]), *[f"{e[k]:.2f}x" if k in e else "-" for k in keys])
+        console.print(summary)
     if any(r.wrong for r in rows):
         console.print("[bold red]Some results were wrong: see #wrong.[/]")
 
