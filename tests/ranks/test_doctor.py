@@ -130,3 +130,9 @@ def test_the_shared_arena_is_tried_and_its_settings_shown():
         assert "huge pages" in text and ("yes, for the arena" in text) == huge["huge_pages"], text
     code, report = doctor_json(env={"RESHARD_ARENA": "0"})
     assert report["shared_arena"] == {"available": False, "why": "RESHARD_ARENA=0 turns it off"}
+
+
+def test_a_trial_on_one_rank_says_rank_not_ranks():
+    run = doctor("--no-color", "--ranks", "1", "--engine", "mpi")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "A real exchange on 1 mpi rank\n" in run.stdout, run.stdout

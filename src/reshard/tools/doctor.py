@@ -355,7 +355,7 @@ def _render(console: Any, report: dict[str, Any]) -> None:
                 line += "; 1 pair of ranks shares memory" if pairs == 1 else f"; {pairs} pairs of ranks share memory"
         else:
             line = f"no: {t['why']}"
-        table(f"A real exchange on {t['ranks']} {t['engine']} ranks", [("result", line)])
+        table(f"A real exchange on {t['ranks']} {t['engine']} rank{'' if t['ranks'] == 1 else 's'}", [("result", line)])
     for line in report["problems"]:
         console.print(f"[bold red]problem:[/] {line}")
     if not report["problems"]:
