@@ -6,6 +6,7 @@ naming the variable. Pure: imports no engine and no array library.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,11 +45,16 @@ def check_seconds(name: str, value: Any) -> float:
         raise InvalidArgument(f"{name} {exc}, got {value!r}") from None
 
 
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
 def _bytes(raw: str) -> int:
-    text = raw.strip()
-    if not text.isdigit():
-        raise ValueError("must be a number of bytes (0 or more)")
-    return min(int(text), NEVER_BYTES)
+    """``4096``, ``64K``, ``8GiB``, ``1 MB``: a whole number of bytes, units powers of 1024."""
+    found = re.fullmatch(r"(\d+)\s*([KMGT]?)(?:I?B)?", raw.strip().upper())
+    if found is None:
+        raise ValueError("must be a whole number of bytes (0 or more), optionally with K, M, G or T "
+                         "(powers of 1024: 64K, 8GiB)")
+    return min(int(found[1]) * _BYTE_UNITS[found[2]], NEVER_BYTES)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,9 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
     ("RESHARD_CHECK", "yes", True), ("RESHARD_SHM", "", True), ("RESHARD_SHM", "false", False),
     ("RESHARD_SHM_MIN_BYTES", None, None), ("RESHARD_SHM_MIN_BYTES", "0", 0),
     ("RESHARD_SHM_MIN_BYTES", "9" * 30, 1 << 62), ("RESHARD_RANK", "3", 3),
+    ("RESHARD_ARENA_BYTES", "64K", 65536), ("RESHARD_ARENA_BYTES", " 8GiB ", 8 << 30),
+    ("RESHARD_ARENA_MIN_BYTES", "1 MB", 1 << 20), ("RESHARD_ARENA_MIN_BYTES", "512b", 512),
+    ("RESHARD_SHM_MIN_BYTES", "2t", 2 << 40),
 ])
 def test_a_variable_reads_as_its_value_or_default(name, text, value):
     environ = {} if text is None else {name: text}
@@ -30,7 +33,8 @@ def test_a_variable_reads_as_its_value_or_default(name, text, value):
 @pytest.mark.parametrize("name,text", [
     ("RESHARD_TIMEOUT", "soon"), ("RESHARD_TIMEOUT", "0"), ("RESHARD_TIMEOUT", "-1"), ("RESHARD_TIMEOUT", "inf"),
     ("RESHARD_CHECK", "maybe"), ("RESHARD_SHM", "2"), ("RESHARD_SHM_MIN_BYTES", "-1"),
-    ("RESHARD_SHM_MIN_BYTES", "1e6"), ("RESHARD_RANK", "one"),
+    ("RESHARD_SHM_MIN_BYTES", "1e6"), ("RESHARD_RANK", "one"), ("RESHARD_ARENA_BYTES", "1.5G"),
+    ("RESHARD_ARENA_BYTES", "K"), ("RESHARD_ARENA_BYTES", "64Q"), ("RESHARD_ARENA_BYTES", "-64K"),
 ])
 def test_a_bad_value_names_the_variable(name, text):
     with pytest.raises(InvalidArgument, match=re.escape(f"{name}={text!r}")):
