@@ -85,10 +85,10 @@ def test_settings_are_shown_parsed_and_bad_ones_are_problems():
     assert report["settings"]["RESHARD_SHM"] == {"text": "off", "value": False}
     assert report["shared_memory"] == {"available": False, "why": "RESHARD_SHM=0 turns it off"}
     assert report["shared_arena"] == {"available": False, "why": "RESHARD_SHM=0 turns shared memory off"}
-    code, report = doctor_json(env={"RESHARD_SHM_MIN_BYTES": "1MB", "RESHARD_TIMOUT": "5"})
+    code, report = doctor_json(env={"RESHARD_SHM_MIN_BYTES": "1.5MB", "RESHARD_TIMOUT": "5"})
     assert code == 1
     problems = "\n".join(report["problems"])
-    assert "RESHARD_SHM_MIN_BYTES='1MB': must be a number of bytes" in problems
+    assert "RESHARD_SHM_MIN_BYTES='1.5MB': must be a whole number of bytes" in problems
     assert "RESHARD_TIMOUT is not a reshard setting" in problems
 
 

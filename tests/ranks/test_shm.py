@@ -92,8 +92,8 @@ def test_a_huge_size_setting_means_never():
 
 
 def test_a_bad_size_setting_is_named():
-    env = {r: {"RESHARD_SHM_MIN_BYTES": "1MB"} for r in range(2)}
-    with pytest.raises(rs.RankFailed, match="RESHARD_SHM_MIN_BYTES='1MB': must be a number of bytes"):
+    env = {r: {"RESHARD_SHM_MIN_BYTES": "1.5MB"} for r in range(2)}
+    with pytest.raises(rs.RankFailed, match="RESHARD_SHM_MIN_BYTES='1.5MB': must be a whole number of bytes"):
         rs.spawn(shm_rank.settings_per_rank, 2, args=(env, (4, 4)))
 
 
