@@ -171,6 +171,13 @@ BAD = {
     "capacity differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3)] * 2
                          + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, capacity=2)],
                          "MismatchError", "capacity differs across ranks: ranks 0,1: None; rank 2: 2"),
+    # the input is named as the signature names it: tokens, expert_outputs
+    "tokens not an array": ("moe.dispatch", dict(tokens=[1.0, 2.0], expert_ids=("array", (6,), "int64"), num_experts=3),
+                            "InvalidArgument", "tokens must be a torch.Tensor or numpy.ndarray"),
+    "tokens of strings": ("moe.dispatch", dict(tokens=("array", (6, 2), "U1"), expert_ids=("array", (6,), "int64"),
+                                               num_experts=3), "UnsupportedDType", "tokens has dtype <U1"),
+    "0-d tokens to a pipeline": ("moe.pipeline", dict(tokens=("array", ()), expert_ids=("array", (6,), "int64"),
+                                                      experts=[abs]), "InvalidArgument", "tokens is 0-d"),
     "algorithm differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, algorithm="flat")] * 2
                           + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, algorithm="hierarchical")],
                           "MismatchError", "algorithm differs across ranks: ranks 0,1: 'flat'; rank 2: 'hierarchical'"),

@@ -172,9 +172,11 @@ def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
 class Call:
     """One collective call on one rank: input conversion, validation, the agreement check."""
 
-    def __init__(self, op: str, x: Any, comm: Comm | None, check: bool | None, arg_names: Sequence[str] = ()):
+    def __init__(self, op: str, x: Any, comm: Comm | None, check: bool | None, arg_names: Sequence[str] = (),
+                 input_name: str = "x"):
         handles.settle()  # a blocking call runs after the calls started before it
         self.op = op
+        self.input_name = input_name  # the input as the op's signature names it, in messages
         refused = None
         if _stands_in(comm):
             refused = InvalidArgument(f"rank {current().rank}: {op}: comm must be a reshard Comm, got {type(comm).__name__}")
@@ -322,7 +324,7 @@ class Call:
 
     def take_input(self, need_dims: bool = True) -> None:
         x = self.x
-        check_array(x, "x", need_dims)
+        check_array(x, self.input_name, need_dims)
         self.record.dtype = dtype_name(x)
         self.record.shape = tuple(int(s) for s in x.shape)
         if is_numpy(x) and self.arrays.name == "torch":
@@ -334,10 +336,12 @@ class Call:
             self.record.device = x.device.type
             if x.device.type != "cpu" and self.comm.engine in ("gloo", "mpi"):
                 raise InvalidArgument(
-                    f"x is on {x.device}, but this communicator's engine ({self.comm.engine}) moves CPU tensors only"
+                    f"{self.input_name} is on {x.device}, but this communicator's engine ({self.comm.engine}) moves "
+                    "CPU tensors only"
                 )
             if x.device.type == "cpu" and self.comm.engine == "nccl":
-                raise InvalidArgument("x is on the CPU, but this communicator's engine (nccl) moves CUDA tensors only")
+                raise InvalidArgument(f"{self.input_name} is on the CPU, but this communicator's engine (nccl) moves "
+                                      "CUDA tensors only")
             if x.requires_grad:
                 x = x.detach()
         else:

@@ -99,7 +99,8 @@ def _check_combine(x: Array, handle: MoEHandle, weights: Any, like: Any) -> int:
     rows_expected = sum(handle.tokens_per_expert)
     if x.shape[0] != rows_expected:
         raise InvalidArgument(
-            f"expert_outputs has {x.shape[0]} rows, but dispatch gave this rank {rows_expected} "
+            f"expert_outputs has {x.shape[0]} row{'' if x.shape[0] == 1 else 's'}, but dispatch gave this rank "
+            f"{rows_expected} "
             f"(tokens_per_expert {handle.tokens_per_expert})"
         )
     if weights is not None:
@@ -216,7 +217,8 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     """``dispatch``; ``routable`` (bool ``[T * k]``, or None for all) marks the pairs that may
     travel: the others are dropped before any count (a pipeline's chunk, whose drops were
     decided on the whole batch)."""
-    call = Call("moe.dispatch", tokens, comm, check, ("num_experts", "top_k", "capacity", "algorithm"))
+    call = Call("moe.dispatch", tokens, comm, check, ("num_experts", "top_k", "capacity", "algorithm"),
+                input_name="tokens")
     comm_ = call.comm
     n, rank = call.size, call.rank
     checked = call.validate(_check_dispatch, n, num_experts, capacity, expert_ids, algorithm, comm_.hosts)
@@ -305,7 +307,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     if async_op:
         return run_started("moe.combine", lambda: combine(expert_outputs, handle, weights, check=check), handle.comm)
     comm_ = handle.comm
-    call = Call("moe.combine", expert_outputs, comm_, check, ("top_k",))
+    call = Call("moe.combine", expert_outputs, comm_, check, ("top_k",), input_name="expert_outputs")
     call.record.args = (handle.top_k,)
     call.validate(_check_combine, handle, weights, expert_outputs)
     call.agree(free_dims=(0,), need_shapes=False)  # check on or off: a disagreement never moves data
@@ -374,7 +376,8 @@ def pipeline(
     same call), on a worker of their own: a part's combine travels while a later part's dispatch
     does. Elsewhere they follow the dispatches on one worker.
     """
-    call = Call("moe.pipeline", tokens, comm, check, ("num_experts", "top_k", "capacity", "chunks", "algorithm"))
+    call = Call("moe.pipeline", tokens, comm, check, ("num_experts", "top_k", "capacity", "chunks", "algorithm"),
+                input_name="tokens")
     comm_ = call.comm
     checked = call.validate(_check_pipeline, call.size, experts, chunks, capacity, expert_ids, algorithm,
                             comm_.hosts)
