@@ -14,6 +14,7 @@ from .messages import LANGS, say
 from .planning.layout import Shard
 from .tools.cli_common import (
     at_least,
+    layout_text,
     make_console,
     mesh_placements,
     non_negative_number,
@@ -43,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the row -> column example (a 6x6 matrix row-sharded over 3 ranks becomes column-sharded) on local ranks and check it")
     demo.add_argument("--ranks", type=positive, default=3, help="number of local ranks (default 3)")
     demo.add_argument("--shape", type=parse_shape, default=(6, 6), help="matrix shape RxC (default 6x6)")
-    demo.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); with --mesh one per mesh dim, or a Spec: 'Spec((1, 0), None)'")
-    demo.add_argument("--dst", default=None, help="same choices (default col); with --mesh one per mesh dim")
+    demo.add_argument("--src", type=layout_text, default=None, help="row, col, replicate, partial or Shard(d) (default row); with --mesh one per mesh dim, or a Spec: 'Spec((1, 0), None)'")
+    demo.add_argument("--dst", type=layout_text, default=None, help="same choices (default col); with --mesh one per mesh dim")
     demo.add_argument("--mesh", type=parse_mesh_shape, help="run on a process mesh of local ranks, e.g. 2x2 (default: a 1-D world of --ranks)")
     demo.add_argument("--dtype", choices=DEMO_DTYPES, default="float32", help="element type of the matrix (default float32)")
     demo.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
@@ -85,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--top-k", type=positive, default=8, help="with --moe: experts per token (default 8)")
     plan.add_argument("--experts", type=positive, default=256, help="with --moe: experts in all (default 256)")
     plan.add_argument("--link-gbps", type=positive_number, default=50.0, help="with --moe: GB/s of each rank's link across hosts (default 50: a 400 Gb/s NIC)")
-    plan.add_argument("--src", default=None, help="row, col, replicate, partial or Shard(d) (default row); on a mesh one per mesh dim: 'S(0),S(1)', or a Spec (each tensor dim's mesh dims, outermost first): 'Spec((1, 0), None)'")
-    plan.add_argument("--dst", default=None, help="same choices (default col); on a mesh one per mesh dim: 'S(1),S(0)'")
+    plan.add_argument("--src", type=layout_text, default=None, help="row, col, replicate, partial or Shard(d) (default row); on a mesh one per mesh dim: 'S(0),S(1)', or a Spec (each tensor dim's mesh dims, outermost first): 'Spec((1, 0), None)'")
+    plan.add_argument("--dst", type=layout_text, default=None, help="same choices (default col); on a mesh one per mesh dim: 'S(1),S(0)'")
     plan.add_argument("--dtype", default="float32", help="element type, for the byte counts (default float32)")
     plan.add_argument("--rank", type=int, help="plan only this rank's part: its steps, peers and bytes, worked out from that rank alone")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
@@ -97,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     bench.add_argument("--ranks", type=positive, default=4, help="number of local ranks (default 4)")
     bench.add_argument("--mesh", type=parse_mesh_shape, help="time a layout change on a process mesh (e.g. 2x2), beside DTensor on the same mesh")
-    bench.add_argument("--src", help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
-    bench.add_argument("--dst", help="with --mesh: the destination, e.g. 'S(1),S(0)'")
+    bench.add_argument("--src", type=layout_text, help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
+    bench.add_argument("--dst", type=layout_text, help="with --mesh: the destination, e.g. 'S(1),S(0)'")
     bench.add_argument("--op", choices=("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe"), default="redistribute", help="the collective to time (default redistribute, Shard(0) -> Shard(1))")
     bench.add_argument("--overlap", action="store_true", help="time compute hidden behind started calls (async_op=True): an all_to_all of the first --sizes with a matrix multiply, and a MoE layer through rs.moe.pipeline whose experts compute about as long as its exchanges, in 1, 2, 4 and 8 parts (on two hosts with a shaped link: benchmarks/overlap.py)")
     bench.add_argument("--timeline", metavar="PNG", help="with --overlap: draw one 4-part MoE step, every rank's dispatches, expert passes and combines, to this PNG")

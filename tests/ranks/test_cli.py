@@ -283,6 +283,18 @@ def test_a_number_option_out_of_its_range_is_refused_naming_the_option(args, opt
     assert "Traceback" not in run.stdout + run.stderr
 
 
+@pytest.mark.parametrize("args,option", [
+    (("plan", "--shape", "4x4", "--ranks", "2", "--dst", ""), "--dst"),
+    (("plan", "--shape", "4x4", "--mesh", "2x2", "--src", "  "), "--src"),
+    (("demo", "--dst", ""), "--dst"),
+    (("bench", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", ""), "--dst"),
+])
+def test_a_blank_placement_is_refused_not_read_as_the_default(args, option):
+    run = reshard_cli(*args)
+    assert run.returncode == 2 and f"argument {option}: needs a placement" in run.stderr, (run.stdout, run.stderr)
+    assert "split table" not in run.stdout and "OK" not in run.stdout, run.stdout
+
+
 def test_plan_and_demo_list_no_piece_that_holds_nothing():
     # 3 rows over 4 ranks: rank 3 owns no row after the reduce_scatter, so nobody sends it anything
     run = reshard_cli("plan", "--shape", "3x5", "--ranks", "4", "--src", "partial", "--dst", "row")

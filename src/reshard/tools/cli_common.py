@@ -56,6 +56,15 @@ def mesh_placements(text: str, option: str, mesh_ndim: int | None = None) -> tup
     return placements
 
 
+def layout_text(text: str) -> str:
+    """An argparse type for ``--src`` / ``--dst``: any text but a blank one (which would
+    otherwise read as the option left out, its default)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a placement (row, col, replicate, partial, Shard(d), or a Spec), "
+                                         "got an empty string")
+    return text
+
+
 def positive(text: str) -> int:
     return at_least(1)(text)
 
