@@ -61,6 +61,9 @@ CASES = {
     "sparse tensor": ("all_gather", dict(x=("tensor", (4, 4), "float32", "sparse")), "InvalidArgument", "dense"),
     "tensor on the wrong device": ("all_to_all", on_rank(1, a2a(x=("tensor", (6, 4), "float32", "meta")), a2a(x=T)), "InvalidArgument", "meta"),
     "object array": ("all_gather", dict(x=("array", (3,), "object")), "UnsupportedDType", "object"),
+    "masked array": ("all_gather", dict(x=("array", (6, 4), "float32", "masked")), "InvalidArgument", "masked array"),
+    "masked array to redistribute": ("redistribute", dict(x=("array", (2, 6), "int32", "masked"), src=rs.Shard(0),
+                                                          dst=rs.Shard(1)), "InvalidArgument", "whose mask reshard does not move"),
     "a list is not an array": ("all_to_all", a2a(x=[[1, 2], [3, 4]]), "InvalidArgument", "numpy.ndarray"),
     # op arguments
     "gather dst too big": ("gather", dict(x=A, dst=N), "InvalidArgument", f"dst={N}"),

@@ -92,7 +92,7 @@ def unpicklable_result(comm):
 
 
 def make_input(value):
-    """Decode a picklable description of an input: ("array", shape[, dtype]) for numpy,
+    """Decode a picklable description of an input: ("array", shape[, dtype[, "masked"]]) for numpy,
     ("tensor", shape, dtype[, variant]) for torch (variant: "sparse", "meta", "grad")."""
     if isinstance(value, tuple) and value and value[0] == "ids":
         return np.asarray(value[1], dtype=np.int64)
@@ -102,7 +102,8 @@ def make_input(value):
     if value[0] == "array":
         if dtype == "object":
             return np.empty(shape, dtype=object)
-        return (np.arange(int(np.prod(shape))) % 2).astype(dtype).reshape(shape)
+        x = (np.arange(int(np.prod(shape))) % 2).astype(dtype).reshape(shape)
+        return np.ma.masked_equal(x, 0) if len(value) > 3 and value[3] == "masked" else x
     import torch
 
     variant = value[3] if len(value) > 3 else None

@@ -317,6 +317,9 @@ def check_array(x: Any, what: str = "x", need_dims: bool = True) -> None:
         )
     elif x.dtype.kind not in MOVABLE_KINDS:
         raise UnsupportedDType(f"{what} has dtype {x.dtype}, which reshard cannot move (numbers and bool only)")
+    elif isinstance(x, np.ma.MaskedArray):  # its mask would not move: the result would silently unmask
+        raise InvalidArgument(f"{what} is a masked array, whose mask reshard does not move; pass {what}.filled(value) "
+                              f"or {what}.data, and move the mask (np.ma.getmaskarray) as an array of its own")
     if need_dims and x.ndim == 0:
         raise InvalidArgument(f"{what} is 0-d; this op names a dim, so it needs at least one dim")
 
