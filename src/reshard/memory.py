@@ -50,8 +50,8 @@ def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> A
     >>> a = rs.empty((1024, 1024), np.float32)        # numpy
     >>> t = rs.empty((1024, 1024), torch.bfloat16)    # torch, CPU
     """
-    dims = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
-    dims = tuple(check_int("shape", d) for d in dims)
+    dims = tuple(shape) if hasattr(shape, "__iter__") else (shape,)  # torch.Size and numpy shapes too
+    dims = tuple(check_int("empty: shape", d) for d in dims)
     if any(d < 0 for d in dims):
         raise InvalidArgument(f"empty: shape must hold sizes >= 0, got {dims}")
     _check_comm(comm, "empty")

@@ -183,6 +183,14 @@ def test_empty_refuses_device_tensors_nccl_and_bad_shapes():
         rs.empty((2,), np.float32, comm="world")
 
 
+def test_empty_takes_any_sequence_of_sizes_and_names_itself_when_one_is_not_an_int():
+    assert rs.empty(torch.Size([2, 3]), np.float32).shape == (2, 3)
+    assert rs.empty(np.array([4, 1]), np.int8).shape == (4, 1)
+    assert rs.empty(range(1, 3), torch.float64).shape == (1, 2)
+    with pytest.raises(rs.InvalidArgument, match=r"^empty: shape must be an int, got 2.5 \(float\)"):
+        rs.empty((2.5, 3), np.float32)
+
+
 @pytest.mark.parametrize("dtype", [object, "U4", [("a", "f4")], "datetime64[s]"])
 def test_empty_refuses_what_is_not_a_number_or_bool(dtype):
     with pytest.raises(rs.UnsupportedDType, match="numbers and bool only"):
