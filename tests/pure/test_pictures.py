@@ -168,3 +168,19 @@ def test_the_legend_shows_only_what_is_drawn():
     assert len(labels) == 5 and labels[3].startswith("a partial sum") and labels[4].startswith("the sum")
 
 
+
+
+def test_a_korean_picture_without_a_korean_font_gives_one_note_not_a_warning_per_glyph(tmp_path):
+    import warnings
+
+    from matplotlib import font_manager
+
+    has_font = any(f.name in viz.KOREAN_FONTS for f in font_manager.fontManager.ttflist)
+    path = tmp_path / "ko.png"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        note = viz.draw_png(str(path), [change_scene((6, 6), 3, Shard(0), Shard(1), "redistribute")], "행 -> 열", "ko")
+    assert path.stat().st_size > 0
+    assert not [w for w in caught if "Glyph" in str(w.message)], [str(w.message) for w in caught][:3]
+    assert note == (None if has_font else viz.NO_KOREAN_FONT)
+    assert viz.draw_png(str(path), [change_scene((6, 6), 3, Shard(0), Shard(1), "redistribute")], "row -> col") is None

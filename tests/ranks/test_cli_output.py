@@ -50,6 +50,19 @@ def test_korean_translates_every_cell():
     assert "행 0-1, 열 0-5" in demo.stdout and "rows" not in demo.stdout
 
 
+def test_a_korean_picture_says_once_in_korean_when_no_font_draws_it(tmp_path):
+    from matplotlib import font_manager
+
+    from reshard.viz.pictures import KOREAN_FONTS
+
+    has_font = any(f.name in KOREAN_FONTS for f in font_manager.fontManager.ttflist)
+    run = reshard_cli("demo", "--lang", "ko", "--png", str(tmp_path / "ko.png"))
+    assert run.returncode == 0 and (tmp_path / "ko.png").exists(), run.stderr
+    said = [line for line in run.stderr.splitlines() if "fonts-noto-cjk" in line]
+    assert said == ([] if has_font else ["reshard: 한글 글꼴이 설치되어 있지 않아 그림의 한글이 네모로 보인다 "
+                                         "(Debian: apt-get install fonts-noto-cjk)"]), run.stderr
+
+
 def test_every_flag_has_help():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from .scenes import Cell, Scene
 
@@ -64,8 +65,17 @@ def page_size(n: int, grid: tuple[int, int] | None = None, boxes: tuple[int, int
 
 # -- PNG -------------------------------------------------------------------------------------
 
-def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -> None:
-    """Each scene as a row: its title, the boxes before, the boxes after; a legend below."""
+KOREAN_FONTS = ("Noto Sans CJK KR", "NanumGothic")
+NO_KOREAN_FONT = ("no font with Korean glyphs is installed, so the picture's Korean text shows as boxes "
+                  "(Debian: apt-get install fonts-noto-cjk)")
+
+
+def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -> str | None:
+    """Each scene as a row: its title, the boxes before, the boxes after; a legend below.
+    Returns a note for the user where the picture could not be drawn as asked (Korean text
+    without a font for it), else None."""
+    import warnings
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,8 +86,17 @@ def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -
     from matplotlib import font_manager
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
-    plt.rcParams["font.family"] = ["DejaVu Sans", *[f for f in ("Noto Sans CJK KR", "NanumGothic") if f in installed]]
+    korean = [f for f in KOREAN_FONTS if f in installed]
+    plt.rcParams["font.family"] = ["DejaVu Sans", *korean]
+    note = NO_KOREAN_FONT if lang == "ko" and not korean else None
+    with warnings.catch_warnings():
+        if note is not None:  # one note, not matplotlib's warning for every glyph it lacks
+            warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+        _draw_scenes(plt, path, scenes, title, lang)
+    return note
 
+
+def _draw_scenes(plt: Any, path: str, scenes: Sequence[Scene], title: str, lang: str) -> None:
     n = scenes[0].n
     rows, cols = scenes[0].shape
     down, across = scenes[0].boxes or (1, n)
