@@ -7,10 +7,12 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reshard as rs
+from reshard.planning import planner
 from reshard.planning.mesh_plan import BoxExchange, box_size, box_subtract
 
 MOVABLE = [rs.Shard(0), rs.Shard(1), rs.Shard(2), rs.Replicate()]
@@ -93,3 +95,18 @@ def test_totals_without_pairs_equal_the_boxes(mesh_shape, shape, data):
     dst = tuple(data.draw(st.sampled_from(MOVABLE)) for _ in mesh_shape)
     sent, received = BoxExchange(shape, src, dst, mesh_shape).bytes_per_rank(1)
     assert exchange_totals(shape, src, dst, mesh_shape) == (sent, received), (src, dst)
+
+
+@pytest.mark.parametrize("mesh_shape,src,dst", [
+    ((1,), (rs.Shard(0),), (rs.Shard(1),)),
+    ((2, 1, 2), (rs.Replicate(), rs.Shard(0), rs.Replicate()), (rs.Replicate(), rs.Shard(1), rs.Replicate())),
+    ((2, 1), (rs.Shard(0), rs.Partial()), (rs.Shard(0), rs.Replicate())),
+    ((1, 2), (rs.Partial("max"), rs.Shard(1)), (rs.Shard(0), rs.Shard(1))),
+    ((2, 1), (rs.Replicate(), rs.Replicate()), (rs.Replicate(), rs.Partial())),
+    ((2, 1, 2), rs.Spec((0, 1, 2), None), rs.Spec((0, 2), None)),  # an order through the one-rank dim
+])
+def test_a_change_only_on_mesh_dims_of_one_rank_takes_no_step(mesh_shape, src, dst):
+    # a Shard over one rank splits nothing and a Partial over one rank is whole: nothing to do
+    assert rs.mesh_plan((4, 6), src, dst, mesh_shape)["steps"] == []
+    for rank in range(int(np.prod(mesh_shape))):
+        assert planner.redistribute((4, 6), src, dst, mesh_shape, rank).steps == ()

@@ -40,7 +40,7 @@ from .layout import (
 from .plan import ITEMSIZE, check_shape
 from .plan import Region as Box
 from .plan import region_numel as box_size
-from .spec import layout_text
+from .spec import layout_text, without_unit_dims
 
 
 def box_intersect(a: Box, b: Box) -> Box | None:
@@ -210,6 +210,9 @@ class MeshPlan(_Transfers):
         src = _normalize(src, len(shape), len(mesh_shape), "src")
         dst = _normalize(dst, len(shape), len(mesh_shape), "dst")
         self.shape, self.mesh_shape, self.src, self.dst = shape, mesh_shape, src, dst
+        # planned without the mesh dims of one rank: a Shard there splits nothing and a Partial
+        # there is already whole, so they take no step (the layouts as given stay for reports)
+        src, dst = without_unit_dims(src, mesh_shape), without_unit_dims(dst, mesh_shape)
         mid = list(src)
         order = dict(orders_of(src))
         self.reductions: list[Reduction] = []
