@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -129,3 +130,11 @@ def test_the_tables_from_the_arrays_are_the_listing_of_every_pair(shape, n, data
     if plan.collective in ("reduce_scatter", "all_reduce"):
         extra = [plan.local_bytes(plan.src, r) * plan.pack_copies + received_all[r] for r in range(n)]
         assert [m["peak"] - m["before"] - m["after"] for m in plan.memory_per_rank()] == extra
+
+
+@pytest.mark.parametrize("src,dst", [("row", "col"), ("row", "replicate"), ("partial", "row"), ("partial", "replicate"),
+                                     ("replicate", "col"), ("col", "partial")])
+def test_one_rank_runs_nothing_for_any_change(src, dst):
+    # one rank holds the whole tensor under every layout, as redistribute's own plan says
+    plan = make_plan((6, 4), src, dst, 1)
+    assert plan.collective == "none" and plan.steps == [] and plan.total_bytes == 0
