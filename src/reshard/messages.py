@@ -257,7 +257,16 @@ def say(key: str, lang: str = "en", **fields: object) -> str:
     if entry is None:
         raise KeyError(f"no message {key!r} in the catalogue")
     text = entry.get(lang) or entry["en"]
+    if fields.get("ranks") == 1 and text is entry["en"]:  # English counts one rank in the singular
+        for many, one in _ONE_RANK:
+            text = text.replace(many, one)
     return text.format(**fields)
+
+
+# English plurals of "{ranks} ranks" and their singular, longest first
+_ONE_RANK = (("all {ranks} ranks hold exactly their", "the {ranks} rank holds exactly its"),
+             ("{ranks} local ranks", "{ranks} local rank"), ("{ranks} ranks'", "{ranks} rank's"),
+             ("{ranks} ranks", "{ranks} rank"))
 
 
 def byte_span(low: str, high: str, lang: str = "en") -> str:

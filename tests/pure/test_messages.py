@@ -1,0 +1,33 @@
+"""The message catalogue: English counts one rank in the singular; other languages as written."""
+
+from __future__ import annotations
+
+from string import Formatter
+
+import pytest
+
+from reshard.messages import CATALOGUE, say
+
+
+@pytest.mark.parametrize("key,fields,one,many", [
+    ("demo.ok", dict(placement="Shard(1)"), "OK: the 1 rank holds exactly its part of A under Shard(1)",
+     "OK: all 3 ranks hold exactly their part of A under Shard(1)"),
+    ("plan.head", dict(collective="none", src="Shard(0)", dst="Shard(1)", shape="[4, 6]", dtype="float32"),
+     "over 1 rank", "over 3 ranks"),
+    ("explain.sums", dict(cols="cols 0-5"), "the sum of the 1 rank's partial values", "the sum of the 3 ranks' partial"),
+])
+def test_one_rank_reads_in_the_singular_in_english(key, fields, one, many):
+    assert one in say(key, "en", ranks=1, **fields)
+    assert many in say(key, "en", ranks=3, **fields)
+    assert say(key, "ko", ranks=1, **fields) == CATALOGUE[key]["ko"].format(ranks=1, **fields)
+
+
+def test_no_english_message_left_with_one_ranks():
+    checked = 0
+    for key, entry in CATALOGUE.items():
+        names = {name for _, name, _, _ in Formatter().parse(entry["en"]) if name}
+        if "ranks" in names:
+            text = say(key, "en", **{**{name: "x" for name in names}, "ranks": 1})
+            assert "1 ranks" not in text and "1 local ranks" not in text, (key, text)
+            checked += 1
+    assert checked >= 7  # every message that counts ranks
