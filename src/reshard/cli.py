@@ -219,8 +219,8 @@ def _pictures(args: argparse.Namespace, scenes: list, title: str, console) -> No
     if args.png:
         note = pictures.draw_png(args.png, scenes, title, args.lang)
         console.print(say("cli.wrote", args.lang, path=args.png, what=say("cli.png", args.lang)))
-        if note is not None:  # the only note: Korean text and no font for it
-            print(say("cli.no_korean_font", args.lang), file=sys.stderr)
+        if note is not None:
+            print(f"reshard: {note}", file=sys.stderr)
     if args.html:
         pictures.write_html(args.html, scenes, title, args.lang)
         console.print(say("cli.wrote", args.lang, path=args.html, what=say("cli.html", args.lang)))

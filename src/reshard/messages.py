@@ -234,11 +234,10 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "meshplan.matrix": {"en": "traffic matrix (row: sender, column: receiver):", "ko": "트래픽 행렬 (행: 송신, 열: 수신):"},
     "cli.wrote": {"en": "wrote {path} ({what})", "ko": "{path} 작성 ({what})"},
     "cli.png": {"en": "PNG picture: before and after", "ko": "PNG 그림: 전과 후"},
-    "cli.no_korean_font": {
-        "en": "reshard: no font with Korean glyphs is installed, so the picture's Korean text shows as boxes "
+    "picture.no_korean_font": {
+        "en": "no font with Korean glyphs is installed, so the picture's Korean text shows as boxes "
               "(Debian: apt-get install fonts-noto-cjk)",
-        "ko": "reshard: 한글 글꼴이 설치되어 있지 않아 그림의 한글이 네모로 보인다 "
-              "(Debian: apt-get install fonts-noto-cjk)",
+        "ko": "한글 글꼴이 설치되어 있지 않아 그림의 한글이 네모로 보인다 (Debian: apt-get install fonts-noto-cjk)",
     },
     "cli.html": {"en": "HTML page: open it in a browser to play each exchange; add #final for the last frame",
                  "ko": "HTML 페이지: 브라우저에서 열면 교환을 재생한다; #final을 붙이면 마지막 장면"},
@@ -251,6 +250,12 @@ CATALOGUE: dict[str, dict[str, str]] = {
 }
 
 
+# English plurals of "{ranks} ranks" and their singular, longest first
+_ONE_RANK = (("all {ranks} ranks hold exactly their", "the {ranks} rank holds exactly its"),
+             ("{ranks} local ranks", "{ranks} local rank"), ("{ranks} ranks'", "{ranks} rank's"),
+             ("{ranks} ranks", "{ranks} rank"))
+
+
 def say(key: str, lang: str = "en", **fields: object) -> str:
     """The message ``key`` in ``lang`` (English when there is no translation), filled in."""
     entry = CATALOGUE.get(key)
@@ -261,12 +266,6 @@ def say(key: str, lang: str = "en", **fields: object) -> str:
         for many, one in _ONE_RANK:
             text = text.replace(many, one)
     return text.format(**fields)
-
-
-# English plurals of "{ranks} ranks" and their singular, longest first
-_ONE_RANK = (("all {ranks} ranks hold exactly their", "the {ranks} rank holds exactly its"),
-             ("{ranks} local ranks", "{ranks} local rank"), ("{ranks} ranks'", "{ranks} rank's"),
-             ("{ranks} ranks", "{ranks} rank"))
 
 
 def byte_span(low: str, high: str, lang: str = "en") -> str:

@@ -100,8 +100,7 @@ def _check_combine(x: Array, handle: MoEHandle, weights: Any, like: Any) -> int:
     if x.shape[0] != rows_expected:
         raise InvalidArgument(
             f"expert_outputs has {x.shape[0]} row{'' if x.shape[0] == 1 else 's'}, but dispatch gave this rank "
-            f"{rows_expected} "
-            f"(tokens_per_expert {handle.tokens_per_expert})"
+            f"{rows_expected} (tokens_per_expert {handle.tokens_per_expert})"
         )
     if weights is not None:
         shape = tuple(int(s) for s in weights.shape)

@@ -354,14 +354,10 @@ class MeshPlan(_Transfers):
         all it holds, since each tensor dim's destination splits are the outermost of its
         source's (dropping inner splits replicates; any other change gives pieces away: an
         all_to_all). From the layouts alone: the same name for every shape."""
-        src, dst, sizes = self.exchange.src, self.exchange.dst, self.mesh_shape
-
-        def splits(layout: Sequence[Placement], d: int) -> tuple[int, ...]:
-            return tuple(m for m in split_by(layout, d) if sizes[m] > 1)  # a mesh dim of one rank splits nothing
-
+        src, dst = self.exchange.src, self.exchange.dst  # planned without mesh dims of one rank
         for d in range(len(self.shape)):
-            kept = splits(dst, d)
-            if splits(src, d)[: len(kept)] != kept:
+            kept = split_by(dst, d)
+            if split_by(src, d)[: len(kept)] != kept:
                 return False
         return True
 

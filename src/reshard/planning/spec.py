@@ -78,7 +78,7 @@ def with_order(placements: Sequence[Placement], order: Any = ()) -> tuple[Placem
 def without_unit_dims(layout: Sequence[Placement], mesh_shape: Sequence[int]) -> tuple[Placement, ...]:
     """``layout`` with Replicate on every mesh dim of one rank, and those dims out of its split orders."""
     if all(k > 1 for k in mesh_shape):
-        return tuple(layout) if type(layout) is list else layout
+        return layout
     placements = [Replicate() if mesh_shape[m] == 1 else p for m, p in enumerate(layout)]
     order = [(d, tuple(m for m in dims if mesh_shape[m] > 1)) for d, dims in orders_of(layout)]
     return with_order(placements, order)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..messages import say
 from .scenes import Cell, Scene
 
 PALETTE = ["#d62728", "#2ca02c", "#1f77b4", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
@@ -66,14 +67,12 @@ def page_size(n: int, grid: tuple[int, int] | None = None, boxes: tuple[int, int
 # -- PNG -------------------------------------------------------------------------------------
 
 KOREAN_FONTS = ("Noto Sans CJK KR", "NanumGothic")
-NO_KOREAN_FONT = ("no font with Korean glyphs is installed, so the picture's Korean text shows as boxes "
-                  "(Debian: apt-get install fonts-noto-cjk)")
 
 
 def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -> str | None:
     """Each scene as a row: its title, the boxes before, the boxes after; a legend below.
-    Returns a note for the user where the picture could not be drawn as asked (Korean text
-    without a font for it), else None."""
+    Returns a note for the user, in ``lang``, where the picture could not be drawn as asked
+    (Korean text without a font for it), else None."""
     import warnings
 
     import matplotlib
@@ -88,7 +87,7 @@ def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -
     installed = {f.name for f in font_manager.fontManager.ttflist}
     korean = [f for f in KOREAN_FONTS if f in installed]
     plt.rcParams["font.family"] = ["DejaVu Sans", *korean]
-    note = NO_KOREAN_FONT if lang == "ko" and not korean else None
+    note = say("picture.no_korean_font", lang) if lang == "ko" and not korean else None
     with warnings.catch_warnings():
         if note is not None:  # one note, not matplotlib's warning for every glyph it lacks
             warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
