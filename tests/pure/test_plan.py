@@ -62,6 +62,14 @@ def test_row_to_column_plan():
     assert (make_plan((6, 6), "col", "row", 3).pack_copies, make_plan((6, 6), "col", "row", 3).unpack_copies) == (0, 1)
 
 
+@pytest.mark.parametrize(("shape", "src", "dst"), [((0, 8), "row", "col"), ((8, 0), "col", "row"), ((0, 4, 2), "S(2)", "S(0)"),
+                                                  ((6, 0), "P(sum)", "S(1)"), ((0, 6), "S(1)", "R")])
+def test_an_empty_tensor_is_planned_without_pack_or_unpack_copies(shape, src, dst):
+    plan = make_plan(shape, src, dst, 3)
+    assert (plan.pack_copies, plan.unpack_copies) == (0, 0)
+    assert all(m["peak"] == 0 for m in plan.memory_per_rank())
+
+
 def test_collective_choice():
     shape = (8, 4)
     cases = {

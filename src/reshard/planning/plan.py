@@ -52,7 +52,10 @@ def intersect(a: Region, b: Region) -> Region:
 
 
 def leading_trivial(shape: Sequence[int], dim: int) -> bool:
-    """True when every dim before ``dim`` has size 1: slices along ``dim`` are contiguous runs."""
+    """True when every dim before ``dim`` has size 1, or the shape holds no element: slices
+    along ``dim`` are contiguous runs (an empty one needs no copy)."""
+    if 0 in shape:
+        return True
     n = 1
     for s in shape[:dim]:
         n *= s
