@@ -70,6 +70,15 @@ def test_an_empty_tensor_is_planned_without_pack_or_unpack_copies(shape, src, ds
     assert all(m["peak"] == 0 for m in plan.memory_per_rank())
 
 
+def test_a_plan_near_8_eib_counts_exactly_and_a_larger_one_is_refused():
+    rows = [333333334, 333333333, 333333333]  # 10**9 over 3 ranks, balanced
+    plan = make_plan((10**9, 10**9), "row", "col", 3, "float64")
+    sent = [sum(rows[r] * rows[d] * 8 for d in range(3) if d != r) for r in range(3)]
+    assert [int(v) for v in plan.bytes_sent_per_rank] == sent
+    with pytest.raises(rs.InvalidArgument, match=r"global_shape \[9999999999999, 9999999999999\] holds 4e\+26 bytes"):
+        make_plan((9999999999999, 9999999999999), "row", "col", 3)
+
+
 def test_collective_choice():
     shape = (8, 4)
     cases = {

@@ -9,6 +9,7 @@ pairs as arrays, ``CollectiveStep.pairs``), so ``reshard plan`` starts fast. The
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from .layout import (
     shard_sizes,
 )
 
+MAX_PLAN_BYTES = 2**63 - 1  # the largest tensor a plan counts
 ITEMSIZE = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int16": 2,
     "int32": 4, "int64": 8, "bool": 1, "complex64": 8, "complex128": 16,
@@ -54,12 +56,7 @@ def intersect(a: Region, b: Region) -> Region:
 def leading_trivial(shape: Sequence[int], dim: int) -> bool:
     """True when every dim before ``dim`` has size 1, or the shape holds no element: slices
     along ``dim`` are contiguous runs (an empty one needs no copy)."""
-    if 0 in shape:
-        return True
-    n = 1
-    for s in shape[:dim]:
-        n *= s
-    return n == 1
+    return 0 in shape or math.prod(shape[:dim]) == 1
 
 
 @dataclass(frozen=True)
@@ -298,6 +295,10 @@ def make_plan(
     src_p = _normalize(parse_placement(src), len(shape), "src")
     dst_p = _normalize(parse_placement(dst), len(shape), "dst")
     item = itemsize if itemsize is not None else ITEMSIZE[dtype]
+    nbytes = math.prod(shape) * item
+    if nbytes > MAX_PLAN_BYTES:  # the pair tables count bytes in int64
+        raise InvalidArgument(f"global_shape {list(shape)} holds {nbytes:.3g} bytes, more than a plan counts "
+                              f"({MAX_PLAN_BYTES:,} bytes, 8 EiB)")
     plan = Plan(shape, src_p, dst_p, size, dtype, "none", itemsize_override=itemsize)
 
     held: dict[tuple[Placement, int], Region] = {}  # each rank's region, made once: a report asks per pair

@@ -5,18 +5,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+
 
 def human_bytes(n: float) -> str:
-    """``1536 -> '1.5 KiB'``, ``1048576 -> '1 MiB'``, ``32 -> '32 B'`` (binary units)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
+    """``1536 -> '1.5 KiB'``, ``1048576 -> '1 MiB'``, ``32 -> '32 B'`` (binary units, up to YiB)."""
+    for unit in _BYTE_UNITS:
+        if n < 1024 or unit == _BYTE_UNITS[-1]:
             return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
 
 
 # a number and the unit after it stay on one line
-_NUMBER_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|MB|GB|TB|GB/s|ms|us|µs|s|x|ranks?|rows?|cols?|hosts?)\b")
+_NUMBER_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|PiB|EiB|ZiB|YiB|MB|GB|TB|GB/s|ms|us|µs|s|x|ranks?|rows?|cols?|hosts?)\b")
 _KEEP = "\ue000"  # an unbreakable space while lines are measured (one cell wide, as the space)
 
 
