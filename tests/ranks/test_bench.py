@@ -156,3 +156,13 @@ def test_a_method_asked_for_that_cannot_run_here_is_named_with_why(tmp_path, arg
     else:  # nothing left to time: refused before any rank starts, no empty table
         assert run.returncode == 2 and "none of --methods can be timed here" in run.stderr and not out.exists()
         assert "time (us)" not in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("args", [("--ranks", "3"), ("--ranks", "4", "--mesh", "2x2", "--src", "S(0),R", "--dst", "S(1),R")])
+def test_every_reshard_method_counts_the_buffers_it_uses_whichever_ran_first(args, tmp_path):
+    out = tmp_path / "r.json"
+    run = reshard_cli("bench", *args, "--methods", "reshard,reshard-nocheck", "--sizes", "256K", "--iters", "1",
+                      "--warmup", "0", "--json", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    extra = {r["method"]: r["extra_bytes"] for r in json.loads(out.read_text())["rows"]}
+    assert extra["reshard"] > 0 and extra["reshard-nocheck"] == extra["reshard"], extra
