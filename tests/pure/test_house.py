@@ -348,3 +348,13 @@ def test_the_top_folder_holds_few_modules():
     assert len(top) <= MAX_TOP_MODULES, top
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     assert {"planning", "execution", "engines", "moe", "launch", "tools"} <= folders, folders
+
+
+@pytest.mark.parametrize(("module", "names"), [
+    ("reshard.moe", {"MoEHandle", "dispatch", "combine", "pipeline"}),
+    ("reshard.fft", {"fftn", "ifftn", "rfftn", "irfftn", "output_layout"}),
+])
+def test_a_star_import_of_a_public_module_gives_its_surface_not_its_imports(module, names):
+    namespace: dict = {}
+    exec(f"from {module} import *", namespace)
+    assert set(namespace) - {"__builtins__"} == names

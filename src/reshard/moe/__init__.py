@@ -35,6 +35,8 @@ from ..planning.layout import check_int, offsets, shard_sizes
 from . import host_routes, sums, two_level
 from .rows import exchange_segments, index_for, may_overlap, take_rows
 
+__all__ = ["MoEHandle", "dispatch", "combine", "pipeline"]
+
 Array = Any
 
 
