@@ -69,6 +69,17 @@ def test_local_shard_works_on_torch():
     assert torch.equal(rs.local_shard(full, rs.Partial(), 2, 3), torch.zeros_like(full))
 
 
+def test_local_shard_takes_a_nested_list_and_names_what_is_not_an_array():
+    rows = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    full = np.array(rows)
+    for rank in range(2):
+        assert np.array_equal(rs.local_shard(rows, rs.Shard(1), rank, 2), full[:, [[0, 1], [2]][rank]])
+    assert np.array_equal(rs.local_shard(tuple(rows), (rs.Shard(0), rs.Shard(1)), (1, 0), (2, 2)), full[2:, :2])
+    for bad, named in (([[1, 2], [3]], "nested list"), ("abc", "got str"), (None, "got NoneType"), (7, "got int")):
+        with pytest.raises(rs.InvalidArgument, match=f"local_shard: full .*{named}"):
+            rs.local_shard(bad, rs.Shard(0), 0, 2)
+
+
 def test_reprs_and_parsing():
     assert repr(rs.Shard(-1)) == "Shard(-1)"
     assert repr(rs.Replicate()) == "Replicate()"

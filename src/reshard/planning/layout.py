@@ -100,6 +100,24 @@ def local_region(global_shape: Sequence[int], placement: Placement, rank: int, s
     return tuple(region)
 
 
+def _array_of(full: Any) -> Any:
+    """``full`` as an array: itself where it has a shape and dims, a nested list or tuple as a
+    numpy array; anything else is refused, named."""
+    if hasattr(full, "shape") and hasattr(full, "ndim"):
+        return full
+    if isinstance(full, (list, tuple)):
+        import numpy as np
+
+        try:
+            array = np.asarray(full)
+        except ValueError as exc:  # ragged nesting
+            raise InvalidArgument(f"local_shard: full is a nested list numpy cannot make an array of ({exc})") from None
+        if array.dtype != object:
+            return array
+    raise InvalidArgument(f"local_shard: full must be an array (numpy, torch or a nested list of numbers), "
+                          f"got {type(full).__name__}")
+
+
 def _zeros_like(full: Any) -> Any:
     module = type(full).__module__.split(".")[0]
     if module == "torch":
@@ -285,7 +303,7 @@ def global_shape_of(shapes: Sequence[Sequence[int]], placements: Sequence[Placem
 
 
 def local_shard(full: Any, placement: Any, rank: Any, size: Any) -> Any:
-    """What a rank holds of ``full`` (numpy array or torch tensor) under ``placement``.
+    """What a rank holds of ``full`` (numpy array, torch tensor or nested list) under ``placement``.
 
     1-D world: ``local_shard(full, placement, rank, size)``. On a mesh:
     ``local_shard(full, placements, coord, mesh_shape)``, one placement per mesh dim, or a
@@ -296,6 +314,7 @@ def local_shard(full: Any, placement: Any, rank: Any, size: Any) -> Any:
     coordinate 0 of that mesh dim holds the values and the others zeros (they sum to ``full``);
     for ``avg``, ``max`` and ``min`` every rank holds them.
     """
+    full = _array_of(full)
     on_mesh = isinstance(size, (tuple, list)) or isinstance(rank, (tuple, list))
     if isinstance(placement, (tuple, list)) or on_mesh:  # a Spec with a rank and a size: the world, a 1-D mesh
         return _local_shard_mesh(full, placement, rank, size)
