@@ -10,7 +10,7 @@ from typing import Any
 
 from . import settings
 from .engines.available import ENGINES, default_engine, missing_for
-from .errors import InvalidArgument, MissingDependency, ReshardError
+from .errors import InvalidArgument, MissingDependency
 from .execution import handles
 from .execution.buffers import release_buffers
 from .execution.replay_cache import ReplayCache
@@ -130,7 +130,7 @@ def current(comm: Comm | None = None) -> Comm:
             raise InvalidArgument(f"comm must be a reshard Comm, got {type(comm).__name__}")
         return comm
     if _current is None:
-        raise ReshardError("no communicator: call rs.init() (under torchrun/mpirun) or run inside rs.spawn")
+        raise InvalidArgument("no communicator: call rs.init() (under torchrun/mpirun) or run inside rs.spawn")
     return _current
 
 

@@ -79,6 +79,15 @@ def test_a_plan_near_8_eib_counts_exactly_and_a_larger_one_is_refused():
         make_plan((9999999999999, 9999999999999), "row", "col", 3)
 
 
+@pytest.mark.parametrize(("shape", "itemsize", "named"), [
+    (8, None, "global_shape is a sequence of ints, got 8"), ("8x8", None, "global_shape is a sequence of ints"),
+    ((8, 8), 0, "itemsize is the bytes of one element, at least 1, got 0"), ((8, 8), 2.5, "itemsize must be an int"),
+])
+def test_a_shape_or_itemsize_that_is_not_one_is_refused_by_name(shape, itemsize, named):
+    with pytest.raises(rs.InvalidArgument, match=named):
+        make_plan(shape, "row", "col", 3, itemsize=itemsize)
+
+
 def test_collective_choice():
     shape = (8, 4)
     cases = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import reshard as rs
@@ -101,3 +102,14 @@ def test_a_rank_passing_no_communicator_raises_on_every_rank(op, replay_first):
     for rank, seen in enumerate(results):
         assert seen is not None and seen[0] == "InvalidArgument", (rank, seen)
         assert "comm must be a reshard Comm" in seen[1] and "rank 2" in seen[1], (rank, seen)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: rs.all_to_all(np.ones((4, 4)), 0, 1),
+    lambda: rs.redistribute(np.ones((4, 4)), rs.Shard(0), rs.Shard(1)),
+    lambda: rs.redistribute([np.ones((4, 4))], rs.Shard(0), rs.Shard(1)),
+    lambda: rs.Mesh((2, 2)),
+], ids=["all_to_all", "redistribute", "a list", "Mesh"])
+def test_a_call_with_no_communicator_is_told_how_to_get_one(call):
+    with pytest.raises(rs.InvalidArgument, match=r"no communicator: call rs.init\(\) .* or run inside rs.spawn"):
+        call()

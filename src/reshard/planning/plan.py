@@ -263,6 +263,8 @@ class Plan:
 
 
 def check_shape(global_shape: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(global_shape, str) or not hasattr(global_shape, "__iter__"):
+        raise InvalidArgument(f"global_shape is a sequence of ints, got {global_shape!r}")
     shape = tuple(check_int(f"global_shape[{i}]", s) for i, s in enumerate(global_shape))
     if any(s < 0 for s in shape):
         raise InvalidArgument(f"global_shape {list(shape)} has a negative entry")
@@ -294,11 +296,11 @@ def make_plan(
         raise InvalidArgument(f"unknown dtype {dtype!r}; known: {', '.join(ITEMSIZE)}")
     src_p = _normalize(parse_placement(src), len(shape), "src")
     dst_p = _normalize(parse_placement(dst), len(shape), "dst")
-    item = itemsize if itemsize is not None else ITEMSIZE[dtype]
-    nbytes = math.prod(shape) * item
-    if nbytes > MAX_PLAN_BYTES:  # the pair tables count bytes in int64
-        raise InvalidArgument(f"global_shape {list(shape)} holds {nbytes:.3g} bytes, more than a plan counts "
-                              f"({MAX_PLAN_BYTES:,} bytes, 8 EiB)")
+    item = check_int("itemsize", itemsize) if itemsize is not None else ITEMSIZE[dtype]
+    if item < 1:
+        raise InvalidArgument(f"itemsize is the bytes of one element, at least 1, got {item}")
+    if (nbytes := math.prod(shape) * item) > MAX_PLAN_BYTES:  # the pair tables count bytes in int64
+        raise InvalidArgument(f"global_shape {list(shape)} holds {nbytes:.3g} bytes, more than a plan counts (8 EiB)")
     plan = Plan(shape, src_p, dst_p, size, dtype, "none", itemsize_override=itemsize)
 
     held: dict[tuple[Placement, int], Region] = {}  # each rank's region, made once: a report asks per pair
