@@ -47,6 +47,7 @@ class Comm:
         self.hosts: list[int] = _numbered(hosts) if hosts is not None else _learn_hosts(primitives)
         self.hosts_mesh: Any = None  # rs.Mesh.from_hosts(self), made by the first two-level exchange
         self.pipeline_lane: Comm | None = None  # rs.moe.pipeline's communicator for its combines
+        self.closed = False  # close() ran: its engine's resources are gone, and a call on it is refused
         if check and self.engine == "mpi":
             # The vote's board now, while every rank makes the communicator (gloo's is made with its
             # shared memory): a rank that never votes, or leaves, is then named from the first call.
@@ -66,6 +67,8 @@ class Comm:
         return getattr(self.primitives, "mpi_comm", None)
 
     def barrier(self) -> None:
+        if self.closed:
+            raise closed_error(self, "barrier")
         handles.settle()
         if self.activity is not None:
             self.activity.enter("barrier")
@@ -74,10 +77,18 @@ class Comm:
             self.activity.leave()
 
     def close(self) -> None:
+        """End this communicator and the ones made from it (a mesh's dims), after the calls
+        started on it. A call on it afterwards raises ``InvalidArgument``; results it made stay
+        valid; a second ``close()`` does nothing."""
         global _current
+        if self.closed:  # a second close has nothing left to end
+            return
         handles.close(self)  # calls started and never waited for finish first (with a warning)
+        self.closed = True  # after them: a started call still takes its communicator as it runs
         for child in self.children:
             child.primitives.close()
+            child.replay_cache.clear()  # its hot replays too: a call on it takes the path that refuses it
+            child.closed = True
         self.children.clear()
         release_buffers()
         self.replay_cache.clear()
@@ -123,11 +134,14 @@ def _learn_hosts(primitives: Any) -> list[int]:
     return _numbered([int(k) for k in keys])
 
 
-def current(comm: Comm | None = None) -> Comm:
-    """``comm`` if given, else the one rs.init() or rs.spawn made in this process."""
+def current(comm: Comm | None = None, what: str = "a call") -> Comm:
+    """``comm`` if given, else the one rs.init() or rs.spawn made in this process (``what``:
+    the call, as an error names it)."""
     if comm is not None:
         if not isinstance(comm, Comm):
             raise InvalidArgument(f"comm must be a reshard Comm, got {type(comm).__name__}")
+        if comm.closed:
+            raise closed_error(comm, what)
         return comm
     if _current is None:
         raise InvalidArgument("no communicator: call rs.init() (under torchrun/mpirun) or run inside rs.spawn")
@@ -137,6 +151,13 @@ def current(comm: Comm | None = None) -> Comm:
 def current_or_none() -> Comm | None:
     """The communicator rs.init() or rs.spawn made in this process, or None."""
     return _current
+
+
+def closed_error(comm: Comm, what: str = "a call") -> InvalidArgument:
+    """The error of ``what`` on a communicator whose ``close()`` ran (its engine's groups are gone:
+    going on would end in the engine's own error, or a crash)."""
+    return InvalidArgument(f"rank {comm.rank}: {what} on a closed communicator (comm.close() ran): make a new one "
+                           "with rs.init(), or close it after its last call")
 
 
 def set_current(comm: Comm | None) -> None:

@@ -24,7 +24,7 @@ class Mesh:
     rank's), ``size``; ``sub(dim)`` gives the communicator along one dim."""
 
     def __init__(self, shape: Sequence[int], names: Sequence[str] | None = None, comm: Comm | None = None):
-        self.comm = current(comm)
+        self.comm = current(comm, "rs.Mesh")
         try:
             self.shape = tuple(check_int(f"shape[{i}]", s) for i, s in enumerate(shape))
         except TypeError:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,39 @@ def test_a_rank_passing_no_communicator_raises_on_every_rank(op, replay_first):
 def test_a_call_with_no_communicator_is_told_how_to_get_one(call):
     with pytest.raises(rs.InvalidArgument, match=r"no communicator: call rs.init\(\) .* or run inside rs.spawn"):
         call()
+
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+
+
+def _calls_after_close(comm):
+    """What each call on a closed communicator (and on a mesh dim of it) raises, and whether
+    a result made before the close still holds its values."""
+    mesh = rs.Mesh((2, comm.size // 2), comm=comm)
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    before = rs.redistribute(x, (rs.Shard(0), rs.Replicate()), (rs.Replicate(), rs.Shard(1)), mesh=mesh)
+    rs.all_to_all(x, 0, 1, mesh.sub(0))  # the mesh dim's plan kept, as a loop would
+    comm.close()
+    comm.close()  # a second close does nothing
+    said = {}
+    for name, call in (("all_to_all", lambda: rs.all_to_all(x, 0, 1, comm)),
+                       ("redistribute", lambda: rs.redistribute(x, (rs.Shard(0), rs.Replicate()),
+                                                                (rs.Replicate(), rs.Shard(1)), mesh=mesh)),
+                       ("all_to_all", lambda: rs.all_to_all(x, 0, 1, mesh.sub(0))),
+                       ("barrier", comm.barrier), ("rs.Mesh", lambda: rs.Mesh((comm.size,), comm=comm))):
+        try:
+            call()
+            said[name] = "no error"
+        except rs.InvalidArgument as exc:
+            said[name] = str(exc)
+    return said, before.tolist()
+
+
+@pytest.mark.parametrize("engine", ["gloo", pytest.param("mpi", marks=pytest.mark.skipif(not HAVE_MPI,
+                                                                                          reason="mpi4py is not installed"))])
+def test_a_call_on_a_closed_communicator_is_refused_by_name(engine):
+    for rank, (said, before) in enumerate(rs.spawn(_calls_after_close, 4, engine, timeout=120)):
+        for name, text in said.items():
+            assert f"{name} on a closed communicator (comm.close() ran)" in text, (rank, name, text)
+        x = np.arange(16, dtype=np.float32).reshape(4, 4)  # each mesh row's block: the global tensor is 8 x 4
+        assert before == np.concatenate([x, x])[:, [[0, 1], [2, 3]][rank % 2]].tolist()

@@ -88,7 +88,7 @@ def run_started(op: str, run: Callable[[], Any], comm: Comm | None, x: Any = Non
         import torch.distributed as dist
 
         return handles.submit(op, dist.get_rank(), run, None)
-    comm = current(None if _stands_in(comm) else comm)  # a stand-in: the started call's Call names it
+    comm = current(None if _stands_in(comm) else comm, op)  # a stand-in: the started call's Call names it
     return handles.submit(op, comm.rank, run, comm, lane)
 
 
@@ -148,7 +148,7 @@ def _replay_alone(op: str, x: Any, comm: Comm | None, check: bool | None, args: 
         handles.settle()
     if _stands_in(comm):
         return MISS  # the Call names it, on every rank
-    comm = current(comm)
+    comm = current(comm, op)
     if comm.check if check is None else check:  # the vote: a Call's work
         return MISS
     key = _signature(op, x, False, args)
@@ -181,7 +181,7 @@ class Call:
         if _stands_in(comm):
             refused = InvalidArgument(f"rank {current().rank}: {op}: comm must be a reshard Comm, got {type(comm).__name__}")
             comm = None
-        self.comm = current(comm)
+        self.comm = current(comm, op)
         if self.comm.activity is not None:
             self.comm.activity.enter(op)
         self.check = self.comm.check if check is None else bool(check)
