@@ -229,7 +229,8 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
 
     Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it initialises
     torch.distributed (gloo, or NCCL when ``engine="nccl"``); under mpirun/mpiexec it uses
-    mpi4py; inside rs.spawn it returns the communicator already made. A process started by
+    mpi4py; inside rs.spawn it returns the communicator already made (once that is closed, a
+    gloo job's rank cannot join again: ``InvalidArgument``; an MPI job's can). A process started by
     none of them gets a communicator of size 1. ``check=False`` (or RESHARD_CHECK=0) turns off
     the cross-rank agreement check by default.
     """
@@ -241,6 +242,11 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
     timeout = settings.check_seconds("timeout", timeout) if timeout is not None else settings.read("RESHARD_TIMEOUT")
     check = check and settings.read("RESHARD_CHECK")
     found = launcher_env()
+    spawned = settings.read("RESHARD_WORLD_SIZE")  # a torch rank of rs.spawn, whose communicator was closed
+    if found is None and spawned is not None and spawned > 1:
+        raise InvalidArgument(f"rank {settings.read('RESHARD_RANK')}: rs.init() after this rs.spawn rank's communicator "
+                              f"was closed: the job's {spawned} ranks cannot be joined again (a new communicator would "
+                              "hold this rank alone); close it after the job's last call")
     if engine is None and found is None:  # a lone process: gloo where torch is installed, else MPI
         engine = default_engine()[0]
     wanted = engine or ("mpi" if found is not None and found[0] == "mpi" else "gloo")

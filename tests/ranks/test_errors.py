@@ -140,13 +140,23 @@ def _calls_after_close(comm):
             said[name] = "no error"
         except rs.InvalidArgument as exc:
             said[name] = str(exc)
-    return said, before.tolist()
+    try:  # MPI's world outlives the communicator; a gloo job's group does not
+        again = rs.init()
+        joined = (again.size, rs.all_to_all(x, 0, 1, again).shape)
+    except rs.InvalidArgument as exc:
+        joined = str(exc)
+    return said, before.tolist(), joined
 
 
 @pytest.mark.parametrize("engine", ["gloo", pytest.param("mpi", marks=pytest.mark.skipif(not HAVE_MPI,
                                                                                           reason="mpi4py is not installed"))])
 def test_a_call_on_a_closed_communicator_is_refused_by_name(engine):
-    for rank, (said, before) in enumerate(rs.spawn(_calls_after_close, 4, engine, timeout=120)):
+    for rank, (said, before, joined) in enumerate(rs.spawn(_calls_after_close, 4, engine, timeout=120)):
+        if engine == "mpi":
+            assert joined == (4, (1, 16)), joined
+        else:
+            assert f"rank {rank}: rs.init() after this rs.spawn rank's communicator was closed: the job's 4 ranks " \
+                   "cannot be joined again" in joined, joined
         for name, text in said.items():
             assert f"{name} on a closed communicator (comm.close() ran)" in text, (rank, name, text)
         x = np.arange(16, dtype=np.float32).reshape(4, 4)  # each mesh row's block: the global tensor is 8 x 4
