@@ -209,6 +209,11 @@ def started_and_grads(comm, n):
             in_arena(y), bool(np.array_equal(x.grad.numpy(), grad_want)))
 
 
+def many_lists(comm, engine, mesh_shape, lists, calls, as_torch=False):
+    """``many`` for each ``(cases, layouts)`` of ``lists`` in turn, in one job."""
+    return [many(comm, engine, mesh_shape, cases, calls, as_torch, None, layouts) for cases, layouts in lists]
+
+
 def many(comm, engine, mesh_shape, cases, calls, as_torch=False, tiny_arena_on=None, layouts="contiguous"):
     """Lists of tensors in one call, ``calls`` times, each call on new inputs (the values of
     the full arrays salted by the call's number). ``cases``: (shape, dtype name, src, dst) per
