@@ -6,6 +6,7 @@ import atexit
 import hashlib
 import os
 import shutil
+import weakref
 from typing import Any
 
 from . import settings
@@ -48,6 +49,8 @@ class Comm:
         self.hosts_mesh: Any = None  # rs.Mesh.from_hosts(self), made by the first two-level exchange
         self.pipeline_lane: Comm | None = None  # rs.moe.pipeline's communicator for its combines
         self.closed = False  # close() ran: its engine's resources are gone, and a call on it is refused
+        self.pid = os.getpid()  # a forked child shares its engine's sockets and memory: it may not call on it
+        _LIVE.add(self)
         if check and self.engine == "mpi":
             # The vote's board now, while every rank makes the communicator (gloo's is made with its
             # shared memory): a rank that never votes, or leaves, is then named from the first call.
@@ -67,7 +70,7 @@ class Comm:
         return getattr(self.primitives, "mpi_comm", None)
 
     def barrier(self) -> None:
-        if self.closed:
+        if self.closed or self.pid != os.getpid():
             raise closed_error(self, "barrier")
         handles.settle()
         if self.activity is not None:
@@ -79,9 +82,14 @@ class Comm:
     def close(self) -> None:
         """End this communicator and the ones made from it (a mesh's dims), after the calls
         started on it. A call on it afterwards raises ``InvalidArgument``; results it made stay
-        valid; a second ``close()`` does nothing."""
+        valid; a second ``close()`` does nothing. A communicator belongs to the process that
+        made it: in a process forked from it, calls raise ``InvalidArgument`` and ``close()``
+        leaves the engine to the parent."""
         global _current
         if self.closed:  # a second close has nothing left to end
+            return
+        if self.pid != os.getpid():  # a forked child's copy: the engine is the parent's, left as it is
+            self.closed = True
             return
         handles.close(self)  # calls started and never waited for finish first (with a warning)
         self.closed = True  # after them: a started call still takes its communicator as it runs
@@ -140,11 +148,13 @@ def current(comm: Comm | None = None, what: str = "a call") -> Comm:
     if comm is not None:
         if not isinstance(comm, Comm):
             raise InvalidArgument(f"comm must be a reshard Comm, got {type(comm).__name__}")
-        if comm.closed:
+        if comm.closed or comm.pid != os.getpid():
             raise closed_error(comm, what)
         return comm
     if _current is None:
         raise InvalidArgument("no communicator: call rs.init() (under torchrun/mpirun) or run inside rs.spawn")
+    if _current.pid != os.getpid():
+        raise closed_error(_current, what)
     return _current
 
 
@@ -155,9 +165,27 @@ def current_or_none() -> Comm | None:
 
 def closed_error(comm: Comm, what: str = "a call") -> InvalidArgument:
     """The error of ``what`` on a communicator whose ``close()`` ran (its engine's groups are gone:
-    going on would end in the engine's own error, or a crash)."""
+    going on would end in the engine's own error, or a crash), or made in the process this one
+    was forked from (its sockets and shared memory are the parent's: a call would talk for it)."""
+    if comm.pid != os.getpid():
+        return InvalidArgument(f"rank {comm.rank}: {what} in a process forked from the rank (pid {comm.pid}): its "
+                               "communicator is the parent's and cannot be used here; call collectives in the rank itself")
     return InvalidArgument(f"rank {comm.rank}: {what} on a closed communicator (comm.close() ran): make a new one "
                            "with rs.init(), or close it after its last call")
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # every communicator of this process
+
+
+def _forget_replays_in_child() -> None:
+    """In a forked child: no hot replay runs on the parent's communicators (a call takes the
+    path that refuses it)."""
+    for comm in list(_LIVE):
+        comm.replay_cache.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_replays_in_child)
 
 
 def set_current(comm: Comm | None) -> None:

@@ -161,3 +161,46 @@ def test_a_call_on_a_closed_communicator_is_refused_by_name(engine):
             assert f"{name} on a closed communicator (comm.close() ran)" in text, (rank, name, text)
         x = np.arange(16, dtype=np.float32).reshape(4, 4)  # each mesh row's block: the global tensor is 8 x 4
         assert before == np.concatenate([x, x])[:, [[0, 1], [2, 3]][rank % 2]].tolist()
+
+
+def _calls_in_a_forked_child(comm):
+    """What a child forked from this rank is told when it calls on the rank's communicator (by
+    default, given, a replay of a kept plan, barrier, then close), and whether the rank's own
+    next call is still right."""
+    import json
+    import os
+
+    x = np.arange(8, dtype=np.float32).reshape(4, 2) + 10 * comm.rank
+    rs.all_to_all(x, 0, 1)
+    rs.all_to_all(x, 0, 1)  # kept as a hot replay: the child must not run it
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        said = []
+        for call in (lambda: rs.all_to_all(x, 0, 1), lambda: rs.all_to_all(x, 0, 1, comm), comm.barrier):
+            try:
+                call()
+                said.append("no error")
+            except rs.InvalidArgument as exc:
+                said.append(str(exc))
+        comm.close()  # the parent's engine, left alone
+        os.write(write, json.dumps(said).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        said = json.loads(f.read())
+    os.waitpid(pid, 0)
+    y = rs.all_to_all(x, 0, 1)
+    return said, y.tolist()
+
+
+@pytest.mark.parametrize("engine", ["gloo", pytest.param("mpi", marks=pytest.mark.skipif(not HAVE_MPI,
+                                                                                          reason="mpi4py is not installed"))])
+def test_a_process_forked_from_a_rank_cannot_call_on_its_communicator(engine):
+    per_rank = rs.spawn(_calls_in_a_forked_child, 2, engine, timeout=120)
+    full = np.concatenate([np.arange(8, dtype=np.float32).reshape(4, 2) + 10 * r for r in range(2)], axis=1)
+    for rank, (said, y) in enumerate(per_rank):
+        assert len(said) == 3
+        for text, name in zip(said, ("all_to_all", "all_to_all", "barrier")):
+            assert f"rank {rank}: {name} in a process forked from the rank" in text, text
+        assert y == full[2 * rank : 2 * rank + 2].tolist()  # the rank's own call after the child's
