@@ -70,14 +70,28 @@ class Comm:
         return getattr(self.primitives, "mpi_comm", None)
 
     def barrier(self) -> None:
-        if self.closed or self.pid != os.getpid():
-            raise closed_error(self, "barrier")
+        if (refused := self.refusal("barrier")) is not None:
+            raise refused
         handles.settle()
         if self.activity is not None:
             self.activity.enter("barrier")
         self.primitives.barrier()
         if self.activity is not None:
             self.activity.leave()
+
+    def refusal(self, what: str = "a call") -> InvalidArgument | None:
+        """Why ``what`` cannot run on this communicator, or None where it can: its ``close()``
+        ran (its engine's groups are gone: going on would end in the engine's own error, or a
+        crash), or this process was forked from the one that made it (its sockets and shared
+        memory are the parent's: a call would talk for it)."""
+        if self.pid != os.getpid():
+            return InvalidArgument(f"rank {self.rank}: {what} in a process forked from the rank (pid {self.pid}): its "
+                                   "communicator is the parent's and cannot be used here; call collectives in the rank "
+                                   "itself")
+        if self.closed:
+            return InvalidArgument(f"rank {self.rank}: {what} on a closed communicator (comm.close() ran): make a new "
+                                   "one with rs.init(), or close it after its last call")
+        return None
 
     def close(self) -> None:
         """End this communicator and the ones made from it (a mesh's dims), after the calls
@@ -148,30 +162,18 @@ def current(comm: Comm | None = None, what: str = "a call") -> Comm:
     if comm is not None:
         if not isinstance(comm, Comm):
             raise InvalidArgument(f"comm must be a reshard Comm, got {type(comm).__name__}")
-        if comm.closed or comm.pid != os.getpid():
-            raise closed_error(comm, what)
-        return comm
-    if _current is None:
+    elif _current is None:
         raise InvalidArgument("no communicator: call rs.init() (under torchrun/mpirun) or run inside rs.spawn")
-    if _current.pid != os.getpid():
-        raise closed_error(_current, what)
-    return _current
+    else:
+        comm = _current
+    if (refused := comm.refusal(what)) is not None:
+        raise refused
+    return comm
 
 
 def current_or_none() -> Comm | None:
     """The communicator rs.init() or rs.spawn made in this process, or None."""
     return _current
-
-
-def closed_error(comm: Comm, what: str = "a call") -> InvalidArgument:
-    """The error of ``what`` on a communicator whose ``close()`` ran (its engine's groups are gone:
-    going on would end in the engine's own error, or a crash), or made in the process this one
-    was forked from (its sockets and shared memory are the parent's: a call would talk for it)."""
-    if comm.pid != os.getpid():
-        return InvalidArgument(f"rank {comm.rank}: {what} in a process forked from the rank (pid {comm.pid}): its "
-                               "communicator is the parent's and cannot be used here; call collectives in the rank itself")
-    return InvalidArgument(f"rank {comm.rank}: {what} on a closed communicator (comm.close() ran): make a new one "
-                           "with rs.init(), or close it after its last call")
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # every communicator of this process

@@ -18,7 +18,7 @@ def human_bytes(n: float) -> str:
 
 
 # a number and the unit after it stay on one line
-_NUMBER_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|PiB|EiB|ZiB|YiB|MB|GB|TB|GB/s|ms|us|µs|s|x|ranks?|rows?|cols?|hosts?)\b")
+_NUMBER_UNIT = re.compile(rf"(\d) ({'|'.join(_BYTE_UNITS)}|MB|GB|TB|GB/s|ms|us|µs|s|x|ranks?|rows?|cols?|hosts?)\b")
 _KEEP = "\ue000"  # an unbreakable space while lines are measured (one cell wide, as the space)
 
 
