@@ -22,6 +22,7 @@ from .execution.buffers import shared_empty
 from .planning.placements import check_int
 
 Array = Any
+MAX_ARRAY_BYTES = 2**63 - 1  # numpy and torch count an array's bytes in a signed 64-bit int
 
 
 def _torch_dtype(dtype: Any) -> Any:
@@ -64,6 +65,11 @@ def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> A
         except TypeError as exc:
             raise InvalidArgument(f"empty: dtype must be a numpy or torch dtype, got {dtype!r}") from exc
         _check_numbers(like, "empty")
+    nbytes = like.element_size() if torch_dtype is not None else like.dtype.itemsize
+    for d in dims:
+        nbytes *= d
+    if nbytes > MAX_ARRAY_BYTES:
+        raise InvalidArgument(f"empty: shape {dims} holds {nbytes:.3g} bytes, more than an array can (8 EiB)")
     return _in_arena(dims, like)
 
 

@@ -191,6 +191,16 @@ def test_empty_takes_any_sequence_of_sizes_and_names_itself_when_one_is_not_an_i
         rs.empty((2.5, 3), np.float32)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, torch.float32])
+def test_empty_of_more_bytes_than_any_array_holds_is_refused_by_name(dtype):
+    # 2^40 x 2^40 float32 is 4 * 2^80 bytes: numpy and torch would fail deep inside
+    for make in (lambda: rs.empty((1 << 40, 1 << 40), dtype),
+                 lambda: rs.empty((1 << 21,) * 3, dtype)):  # 2^63 elements: the count alone overflows
+        with pytest.raises(rs.InvalidArgument, match=r"^empty: shape .* holds .* bytes, more than an array can \(8 EiB\)"):
+            make()
+    assert rs.empty((0, 1 << 40), dtype).shape == (0, 1 << 40)  # no elements, no bytes
+
+
 @pytest.mark.parametrize("dtype", [object, "U4", [("a", "f4")], "datetime64[s]"])
 def test_empty_refuses_what_is_not_a_number_or_bool(dtype):
     with pytest.raises(rs.UnsupportedDType, match="numbers and bool only"):
