@@ -190,6 +190,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "over.the whole mesh": {"en": "the whole mesh", "ko": "mesh 전체"},
     "over.this rank": {"en": "this rank", "ko": "이 rank"},
     "over.mesh dim": {"en": "mesh dim {dim}", "ko": "mesh 차원 {dim}"},
+    "over.the ranks": {"en": "the {ranks} ranks", "ko": "rank {ranks}개"},
     "plan.more": {"en": "... {count} more", "ko": "... {count}개 더"},
     "plan.traffic": {
         "en": "traffic: {pairs} rank pairs exchange {amount} each",
@@ -211,6 +212,10 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "meshplan.head": {
         "en": "redistribute {src} -> {dst} of [{shape}] {dtype} on mesh {mesh} ({ranks} ranks):",
         "ko": "[{shape}] {dtype}를 mesh {mesh}(rank {ranks}개)에서 {src} -> {dst}로 redistribute:",
+    },
+    "meshplan.head_world": {
+        "en": "redistribute {src} -> {dst} of [{shape}] {dtype} over {ranks} ranks:",
+        "ko": "[{shape}] {dtype}를 rank {ranks}개에서 {src} -> {dst}로 redistribute:",
     },
     "meshplan.nothing": {"en": "nothing moves: every rank already holds its part", "ko": "움직이는 것 없음: 모든 rank가 이미 자기 몫을 가진다"},
     "meshplan.step": {

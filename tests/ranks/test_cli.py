@@ -106,6 +106,18 @@ def test_plan_text_gives_one_amount_where_every_rank_sends_alike_and_speaks_kore
     assert "the whole mesh" not in run.stdout and "mesh dim" not in run.stdout, run.stdout
 
 
+def test_plan_on_several_shapes_over_ranks_speaks_of_ranks_not_of_a_mesh():
+    run = reshard_cli("plan", "--shape", "8x8,16x4", "--ranks", "3", "--dst", "replicate")
+    assert run.returncode == 0, run.stderr
+    assert "redistribute Shard(0) -> Replicate() of [8 x 8] float32 over 3 ranks:" in run.stdout, run.stdout
+    assert "1. all_gather over the 3 ranks: each rank sends" in run.stdout, run.stdout
+    assert "mesh" not in run.stdout and "(Shard(0))" not in run.stdout, run.stdout
+    run = reshard_cli("plan", "--shape", "8x8,16x4", "--ranks", "3", "--lang", "ko")
+    assert "rank 3개에서 all_to_all" in run.stdout and "mesh" not in run.stdout, run.stdout
+    run = reshard_cli("plan", "--shape", "8x8,16x4", "--mesh", "3x1", "--src", "S(0),R", "--dst", "S(1),R")
+    assert "on mesh 3x1 (3 ranks)" in run.stdout and "over mesh dim 0" in run.stdout, run.stdout
+
+
 def test_plan_on_several_shapes_names_the_one_a_layout_does_not_fit():
     run = reshard_cli("plan", "--shape", "8x8,3", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "S(1),S(0)")
     said = run.stdout + run.stderr

@@ -194,17 +194,22 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float =
 
 
 def render_mesh_plan(console: Any, report: dict, lang: str = "en") -> None:
-    """A mesh plan as text: the change, each step with its bytes per rank, the lower bound."""
+    """A mesh plan as text: the change, each step with its bytes per rank, the lower bound. A
+    1-D mesh is a world of ranks: told as one, with one placement each side."""
     mesh = "x".join(str(s) for s in report["mesh"])
-    console.print(say("meshplan.head", lang, src=report.get("src_spec") or f"({', '.join(report['src'])})",
-                      dst=report.get("dst_spec") or f"({', '.join(report['dst'])})",
+    world = len(report["mesh"]) == 1
+    src = report.get("src_spec") or (report["src"][0] if world else f"({', '.join(report['src'])})")
+    dst = report.get("dst_spec") or (report["dst"][0] if world else f"({', '.join(report['dst'])})")
+    console.print(say("meshplan.head_world" if world else "meshplan.head", lang, src=src, dst=dst,
                       shape=" x ".join(str(s) for s in report["global_shape"]), dtype=report["dtype"], mesh=mesh,
                       ranks=report["ranks"]))
     if not report["steps"]:
         console.print("  " + say("meshplan.nothing", lang))
     for k, step in enumerate(report["steps"], 1):
         sent, received = step["bytes_sent_per_rank"], step["bytes_received_per_rank"]
-        console.print(say("meshplan.step", lang, k=k, collective=step["collective"], over=over_words(step["over"], lang),
+        over = (say("over.the ranks", lang, ranks=report["ranks"]) if world and step["over"] != "this rank"
+                else over_words(step["over"], lang))
+        console.print(say("meshplan.step", lang, k=k, collective=step["collective"], over=over,
                           amount=byte_span(human_bytes(min(sent)), human_bytes(max(sent)), lang), total=human_bytes(sum(sent)),
                           most_in=human_bytes(max(received))))
     console.print(say("meshplan.bound", lang, total=human_bytes(report["exchange_bytes_total"]),
