@@ -162,8 +162,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
     },
     "explain.q2": {"en": "After AllToAll, does every rank hold the full tensor?", "ko": "AllToAll 후 모든 rank가 전체 tensor를 가지는가?"},
     "explain.a2.no": {
-        "en": "No. The ranks hold {shapes} of the full [{full}]: the layout changed, nothing was replicated.",
-        "ko": "아니다. rank들은 전체 [{full}] 중 {shapes}만 가진다: 복제하지 않고 layout을 바꾸는 것이다.",
+        "en": "No. The ranks hold parts of the full [{full}] ({shapes}): the layout changed, nothing was replicated.",
+        "ko": "아니다. rank들은 전체 [{full}]의 일부만 가진다 ({shapes}): 복제하지 않고 layout을 바꾸는 것이다.",
     },
     "explain.a2.yes": {
         "en": "Yes. Every rank holds the full [{full}].",

@@ -63,6 +63,16 @@ def test_uneven_shape_and_other_world_size():
     assert f["all_reduce"]["full_tensor_on_every_rank"] is True
 
 
+def test_the_text_says_which_ranks_hold_which_shape():
+    en = reshard_cli("explain", "--ranks", "4", "--shape", "7x5", "--no-color")
+    assert en.returncode == 0, en.stderr
+    # 5 columns over 4 ranks: rank 0 holds two, ranks 1-3 one each
+    said = " ".join(en.stdout.split())
+    assert "parts of the full [7 x 5] (rank 0: [7 x 2], ranks 1-3: [7 x 1])" in said, en.stdout
+    ko = reshard_cli("explain", "--ranks", "2", "--shape", "3x5", "--lang", "ko", "--no-color")
+    assert "(rank 0: [3 x 3], rank 1: [3 x 2])" in " ".join(ko.stdout.split()), ko.stdout
+
+
 def test_text_in_english_and_korean():
     en = reshard_cli("explain")
     assert en.returncode == 0 and "Does AllToAll add values?" in en.stdout and "rows 0-1, cols 2-3 -> rank 1" in en.stdout

@@ -187,7 +187,8 @@ def answer(facts: dict[str, Any], collective: str = "all_to_all") -> dict[str, A
         "adds_values": {"answer": f["sums_values"], "evidence": {"output_elements": elements}},
         "full_tensor_on_every_rank": {
             "answer": f["full_tensor_on_every_rank"],
-            "evidence": {"result_shapes": [list(s) for s in shapes], "global_shape": facts["shape"], "ranks": n},
+            "evidence": {"result_shapes": [list(s) for s in shapes], "global_shape": facts["shape"], "ranks": n,
+                         "result_shape_per_rank": f["result_shape_per_rank"]},
         },
         "cut_rule": f.get("split_table", []),
     }
