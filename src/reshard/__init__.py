@@ -65,3 +65,8 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'reshard' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names and the calls loaded on first use (what completion offers)."""
+    return sorted({*globals(), *__all__})

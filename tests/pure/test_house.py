@@ -358,3 +358,12 @@ def test_a_star_import_of_a_public_module_gives_its_surface_not_its_imports(modu
     namespace: dict = {}
     exec(f"from {module} import *", namespace)
     assert set(namespace) - {"__builtins__"} == names
+
+
+def test_dir_of_the_package_lists_the_calls_it_loads_on_first_use():
+    # what an editor's or notebook's completion offers after "rs.": the lazy names too
+    import reshard
+
+    listed = dir(reshard)
+    assert set(reshard.__all__) <= set(listed), sorted(set(reshard.__all__) - set(listed))
+    assert listed == sorted(listed) and "__version__" in listed
