@@ -97,10 +97,11 @@ def test_last_exchange_describes_the_last_finished_call():
         assert (gathered, reduced) == ("all_gather", "all_reduce")
 
 
-def test_a_bad_wait_timeout_is_refused():
+@pytest.mark.parametrize("timeout", [-1, float("nan"), "1", True])
+def test_a_bad_wait_timeout_is_refused(timeout):
     handle = rs.Handle("all_gather", 0, __import__("concurrent.futures").futures.Future())
-    with pytest.raises(rs.InvalidArgument, match="wait\\(timeout=\\)"):
-        handle.wait(timeout=-1)
+    with pytest.raises(rs.InvalidArgument, match="wait\\(timeout=\\) takes seconds >= 0 or None"):
+        handle.wait(timeout=timeout)
 
 
 def test_wait_returns_after_the_worker_thread_has_freed_what_it_kept():

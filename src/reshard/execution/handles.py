@@ -52,7 +52,7 @@ class Handle:
         """The call's result. ``timeout`` (seconds; None waits as long as the call's own
         bounded waits take): raises ``CommTimeout`` naming the op if it runs out first; the
         call goes on, and a later ``wait()`` may still return its result."""
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0):
             raise InvalidArgument(f"rank {self.rank}: {self.op}: wait(timeout=) takes seconds >= 0 or None, got {timeout!r}")
         try:
             result = self._future.result(timeout)
