@@ -23,6 +23,21 @@ def test_sizes_parse():
         bench.parse_sizes("1M..64K")
 
 
+@pytest.mark.parametrize(("text", "why"), [("infM", "not a finite number"), ("nan", "not a finite number"),
+                                            ("1e30G", "more than this machine's memory"),
+                                            ("0.5", "less than a byte"), ("1.5G,x", "'x' is not a size")])
+def test_a_size_that_is_not_one_is_refused_before_any_rank_starts(text, why):
+    with pytest.raises(ValueError, match=why):
+        bench.parse_sizes(text)
+    assert bench.parse_sizes("1.5K") == [1536]
+
+
+def test_the_cli_names_a_bad_size_without_a_traceback():
+    run = reshard_cli("bench", "--ranks", "2", "--sizes", "infM")
+    assert run.returncode == 2 and "cannot read --sizes 'infM': " in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+
+
 def test_wrong_counts_elements():
     want = np.arange(12.0).reshape(3, 4)
     got = want.copy()

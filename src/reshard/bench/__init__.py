@@ -29,6 +29,7 @@ Methods (``--op all_to_all`` / ``redistribute``: Shard(0) -> Shard(1) of a float
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import tempfile
@@ -49,13 +50,32 @@ __all__ = [
 
 
 def parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("B")
+    """Bytes of ``text``: a number with an optional K, M or G (powers of 1024) and B, at least
+    a byte and at most this machine's memory (a bigger shard could not be allocated)."""
+    given = text.strip()
+    text = given.upper().removesuffix("B")
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
     number = text[:-1] if text[-1:] in "KMG" else text
-    value = int(float(number) * scale)
-    if value <= 0:
-        raise ValueError(f"size must be positive, got {text!r}")
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ValueError(f"{given!r} is not a size (a number of bytes, with K, M or G)") from None
+    if not math.isfinite(amount):
+        raise ValueError(f"{given!r} is not a finite number of bytes")
+    value = int(amount * scale)
+    if value < 1:
+        raise ValueError(f"{given!r} is less than a byte")
+    memory = _machine_memory()
+    if memory is not None and value > memory:
+        raise ValueError(f"{given!r} is more than this machine's memory ({human(memory)}) for one rank's shard")
     return value
+
+
+def _machine_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def parse_sizes(text: str, factor: int = 4) -> list[int]:
