@@ -204,3 +204,27 @@ def test_a_process_forked_from_a_rank_cannot_call_on_its_communicator(engine):
         for text, name in zip(said, ("all_to_all", "all_to_all", "barrier")):
             assert f"rank {rank}: {name} in a process forked from the rank" in text, text
         assert y == full[2 * rank : 2 * rank + 2].tolist()  # the rank's own call after the child's
+
+
+def _nccl_built() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_nccl_available()
+
+
+@pytest.mark.skipif(_nccl_built(), reason="this torch is built with NCCL")
+def test_nccl_on_a_torch_without_it_is_refused_before_any_rank_starts():
+    import torch
+
+    for start in (lambda: rs.spawn(rank_fns.identity, 2, engine="nccl"), lambda: rs.init(engine="nccl")):
+        with pytest.raises(rs.MissingDependency) as info:
+            start()
+        said = str(info.value)
+        assert "NCCL" in said and torch.__version__ in said and "engine='gloo'" in said, said
+        assert "peer rank died" not in said, said
+
+
+def test_spawn_args_that_are_not_a_sequence_are_refused_by_name():
+    for args in (5, None, "ab"):
+        with pytest.raises(rs.InvalidArgument, match=r"^args must be a tuple or list of fn's arguments after comm"):
+            rs.spawn(rank_fns.identity, 2, args=args)

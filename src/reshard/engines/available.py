@@ -29,6 +29,18 @@ def missing_for(engine: str) -> str | None:
     return f"engine {engine!r} needs {module}, which is not installed: {how}"
 
 
+def nccl_missing() -> str | None:
+    """Why NCCL cannot run here though torch is installed (a torch build without it), or None.
+    Imports torch."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_nccl_available():
+        return None
+    return (f"engine 'nccl' needs a torch build with NCCL (a CUDA build), and torch {torch.__version__} has none: "
+            "use engine='gloo' for CPU tensors, or install torch for your CUDA version")
+
+
 def default_engine() -> tuple[str, str | None]:
     """(engine, note): gloo where torch is installed; else MPI, with a note saying why."""
     if installed("torch") or not installed("mpi4py"):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .. import settings
-from ..engines.available import ENGINES, default_engine, missing_for
+from ..engines.available import ENGINES, default_engine, missing_for, nccl_missing
 from ..errors import InvalidArgument, MissingDependency
 from ..execution import activity
 from ..planning.layout import check_int
@@ -75,9 +75,12 @@ def spawn(
             warnings.warn(f"rs.spawn: {note}", UserWarning, stacklevel=2)
     if engine not in ENGINES:
         raise InvalidArgument(f"engine must be one of {ENGINES}, got {engine!r}")
-    missing = missing_for(engine)
+    missing = missing_for(engine) or (nccl_missing() if engine == "nccl" else None)
     if missing is not None:
         raise MissingDependency(missing)
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise InvalidArgument(f"args must be a tuple or list of fn's arguments after comm, got {type(args).__name__}: "
+                              f"{args!r:.60}")
     if not callable(fn):
         raise InvalidArgument(f"fn must be callable, got {fn!r}")
     site = unguarded_call_site()
