@@ -69,8 +69,8 @@ def test_the_text_says_which_ranks_hold_which_shape():
     # 5 columns over 4 ranks: rank 0 holds two, ranks 1-3 one each
     said = " ".join(en.stdout.split())
     assert "parts of the full [7 x 5] (rank 0: [7 x 2], ranks 1-3: [7 x 1])" in said, en.stdout
-    ko = reshard_cli("explain", "--ranks", "2", "--shape", "3x5", "--lang", "ko", "--no-color")
-    assert "(rank 0: [3 x 3], rank 1: [3 x 2])" in " ".join(ko.stdout.split()), ko.stdout
+    ko = reshard_cli("explain", "--ranks", "4", "--shape", "7x5", "--lang", "ko", "--no-color")
+    assert "(rank 0: [7 x 2], rank 1-3: [7 x 1])" in " ".join(ko.stdout.split()), ko.stdout
 
 
 def test_text_in_english_and_korean():

@@ -163,7 +163,7 @@ def render_explain(console: Any, facts: dict[str, Any], lang: str) -> None:
     console.print("  " + say("explain.a1.yes" if a["adds_values"]["answer"] else "explain.a1.no", lang, elements=ev["output_elements"]))
     console.print(say("explain.q2", lang))
     ev = a["full_tensor_on_every_rank"]["evidence"]
-    shapes = _shapes_by_rank(ev["result_shape_per_rank"])
+    shapes = _shapes_by_rank(ev["result_shape_per_rank"], lang)
     key = "explain.a2.yes" if a["full_tensor_on_every_rank"]["answer"] else "explain.a2.no"
     console.print("  " + say(key, lang, shapes=shapes, full=" x ".join(map(str, ev["global_shape"]))))
     console.print(say("explain.q3", lang))
@@ -193,8 +193,9 @@ def render_plan(console, plan, lang: str = "en", limit: int = 12, alpha: float =
     console.print(say("plan.time", lang, ms=f"{estimate_seconds(plan, alpha, beta) * 1e3:.3f}", alpha=alpha * 1e6, beta=beta * 1e9))
 
 
-def _shapes_by_rank(per_rank: list) -> str:
-    """``rank 0: [7 x 2], ranks 1-3: [7 x 1]``: each run of ranks holding one shape (None: nothing)."""
+def _shapes_by_rank(per_rank: list, lang: str) -> str:
+    """``rank 0: [7 x 2], ranks 1-3: [7 x 1]``: each run of ranks holding one shape (None:
+    nothing); Korean keeps the loanword's one form (``rank 1-3``)."""
     runs: list[list] = []
     for r, shape in enumerate(per_rank):
         if runs and runs[-1][2] == shape:
@@ -204,7 +205,8 @@ def _shapes_by_rank(per_rank: list) -> str:
     told = []
     for first, last, shape in runs:
         held = "-" if shape is None else "[" + " x ".join(map(str, shape)) + "]"
-        told.append(f"rank {first}: {held}" if first == last else f"ranks {first}-{last}: {held}")
+        told.append(f"rank {first}: {held}" if first == last else
+                    f"{'rank' if lang == 'ko' else 'ranks'} {first}-{last}: {held}")
     return ", ".join(told)
 
 
