@@ -19,10 +19,9 @@ from .engines import arena as arena_mod
 from .errors import InvalidArgument, UnsupportedDType
 from .execution.arrays import MOVABLE_KINDS, is_torch, loaded_torch
 from .execution.buffers import shared_empty
-from .planning.placements import check_int
+from .planning.placements import MAX_TENSOR_BYTES, check_int
 
 Array = Any
-MAX_ARRAY_BYTES = 2**63 - 1  # numpy and torch count an array's bytes in a signed 64-bit int
 
 
 def _torch_dtype(dtype: Any) -> Any:
@@ -68,7 +67,7 @@ def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> A
     nbytes = like.element_size() if torch_dtype is not None else like.dtype.itemsize
     for d in dims:
         nbytes *= d
-    if nbytes > MAX_ARRAY_BYTES:
+    if nbytes > MAX_TENSOR_BYTES:
         raise InvalidArgument(f"empty: shape {dims} holds {nbytes:.3g} bytes, more than an array can (8 EiB)")
     return _in_arena(dims, like)
 

@@ -65,17 +65,12 @@ def parse_size(text: str) -> int:
     value = int(amount * scale)
     if value < 1:
         raise ValueError(f"{given!r} is less than a byte")
-    memory = _machine_memory()
+    from ..engines.arena import machine_memory
+
+    memory = machine_memory()
     if memory is not None and value > memory:
         raise ValueError(f"{given!r} is more than this machine's memory ({human(memory)}) for one rank's shard")
     return value
-
-
-def _machine_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def parse_sizes(text: str, factor: int = 4) -> list[int]:

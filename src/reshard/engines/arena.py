@@ -46,12 +46,18 @@ HUGE = 2 << 20
 _ALIGN = 64
 
 
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def default_cap() -> int:
     """Half of this machine's memory (the cap when ``RESHARD_ARENA_BYTES`` is unset)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    except (ValueError, OSError):
-        return 8 << 30
+    memory = machine_memory()
+    return memory // 2 if memory is not None else 8 << 30
 
 
 def supported() -> str | None:

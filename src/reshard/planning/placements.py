@@ -14,6 +14,8 @@ from typing import Any
 
 from ..errors import InvalidArgument
 
+MAX_TENSOR_BYTES = 2**63 - 1  # numpy, torch and the plans count a tensor's bytes in a signed 64-bit int
+
 REDUCE_OPS = ("sum", "avg", "max", "min")
 
 

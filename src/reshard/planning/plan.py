@@ -27,8 +27,8 @@ from .layout import (
     parse_placement,
     shard_sizes,
 )
+from .placements import MAX_TENSOR_BYTES
 
-MAX_PLAN_BYTES = 2**63 - 1  # the largest tensor a plan counts
 ITEMSIZE = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int16": 2,
     "int32": 4, "int64": 8, "bool": 1, "complex64": 8, "complex128": 16,
@@ -299,7 +299,7 @@ def make_plan(
     item = check_int("itemsize", itemsize) if itemsize is not None else ITEMSIZE[dtype]
     if item < 1:
         raise InvalidArgument(f"itemsize is the bytes of one element, at least 1, got {item}")
-    if (nbytes := math.prod(shape) * item) > MAX_PLAN_BYTES:  # the pair tables count bytes in int64
+    if (nbytes := math.prod(shape) * item) > MAX_TENSOR_BYTES:  # the pair tables count bytes in int64
         raise InvalidArgument(f"global_shape {list(shape)} holds {nbytes:.3g} bytes, more than a plan counts (8 EiB)")
     plan = Plan(shape, src_p, dst_p, size, dtype, "none", itemsize_override=itemsize)
 
