@@ -359,7 +359,8 @@ def fftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst:
 
     Args:
       x: this rank's piece of a 1-D, 2-D or 3-D array laid out as ``src`` on ``mesh`` (one
-        placement per mesh dim: Shard or Replicate; shards by the balanced rule).
+        placement per mesh dim: Shard or Replicate; shards by the balanced rule; or an
+        ``rs.Spec`` that splits an axis over several mesh dims in a chosen order).
       axes: the axes to transform (default all), as numpy's ``axes``.
       dst: the layout of the result; None: the one the last local transform leaves
         (``output_layout``), with no extra exchange.

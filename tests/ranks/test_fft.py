@@ -34,11 +34,21 @@ def cases(draw, kind=None):
         case["s"] = [shape[a] for a in axes]
     else:
         case["in_shape"] = shape
-    src = [draw(st.sampled_from([f"S({d})" for d in range(ndim)] + ["R"])) for _ in mesh]
-    case["src"] = ",".join(src)
+    case["src"] = draw(layouts(ndim, mesh))
     if draw(st.booleans()):
-        case["dst"] = ",".join(draw(st.sampled_from([f"S({d})" for d in range(ndim)] + ["R"])) for _ in mesh)
+        case["dst"] = draw(layouts(ndim, mesh))
     return case
+
+
+@st.composite
+def layouts(draw, ndim, mesh):
+    """A layout as text: one placement per mesh dim, or on a 2-D mesh sometimes a Spec that
+    splits one tensor dim over both mesh dims in a drawn order."""
+    if len(mesh) == 2 and draw(st.booleans()):
+        entries = ["None"] * ndim
+        entries[draw(st.integers(0, ndim - 1))] = str(tuple(draw(st.permutations([0, 1]))))
+        return f"Spec({', '.join(entries)})"
+    return ",".join(draw(st.sampled_from([f"S({d})" for d in range(ndim)] + ["R"])) for _ in mesh)
 
 
 def _reference(case):
@@ -55,7 +65,7 @@ def _check(cases_, results):
         tol = TOL[case["dtype"]]
         scale = max(float(np.abs(want).max()), 1e-300)
         for coord, y, back, layout in (results[r][k] for r in range(4)):
-            out_layout = rs.parse_placements(case["dst"] or ",".join(layout))
+            out_layout = rs.parse_placements(case["dst"] or layout)
             region = rs.layout.mesh_region(want.shape, out_layout, coord, case["mesh"])
             piece = want[tuple(slice(a, b) for a, b in region)]
             assert y.shape == piece.shape, (case, coord, y.shape, piece.shape)
