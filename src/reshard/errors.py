@@ -6,6 +6,26 @@ at fault, so a job never ends with one rank reporting and the others hanging.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+
+def ranks_text(ranks: Iterable[int], word: bool = True) -> str:
+    """``rank 2``, ``ranks 0, 2`` or ``ranks 0-3`` (runs of three or more as ranges): how every
+    message names a set of ranks."""
+    ranks = sorted(ranks)
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(f"{ranks[i]}-{ranks[j]}" if j - i >= 2 else ", ".join(map(str, ranks[i:j + 1])))
+        i = j + 1
+    body = ", ".join(parts)
+    if not word:
+        return body
+    return ("rank " if len(ranks) == 1 else "ranks ") + body
+
 
 class ReshardError(Exception):
     """Base class of every error reshard raises on purpose."""

@@ -6,6 +6,7 @@ from string import Formatter
 
 import pytest
 
+from reshard.errors import ranks_text
 from reshard.messages import CATALOGUE, say
 
 
@@ -31,3 +32,12 @@ def test_no_english_message_left_with_one_ranks():
             assert "1 ranks" not in text and "1 local ranks" not in text, (key, text)
             checked += 1
     assert checked >= 7  # every message that counts ranks
+
+
+@pytest.mark.parametrize("ranks,text", [
+    ([2], "rank 2"), ([0, 1], "ranks 0, 1"), ([3, 0, 2], "ranks 0, 2, 3"), ([0, 1, 2, 3], "ranks 0-3"),
+    ([0, 2, 3, 4, 7], "ranks 0, 2-4, 7"), ([5, 6, 1], "ranks 1, 5, 6"),
+])
+def test_a_set_of_ranks_is_named_one_way(ranks, text):
+    assert ranks_text(ranks) == text
+    assert ranks_text(ranks, word=False) == text.split(" ", 1)[1]

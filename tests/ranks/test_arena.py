@@ -298,7 +298,7 @@ def test_survivors_raise_rank_failed_when_a_rank_dies_mid_exchange(tmp_path, sma
     assert 1 in info.value.failures
     seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
     for rank, outcome in seen.items():
-        assert outcome.startswith("RankFailed") and "rank(s) 1 gone" in outcome, (rank, outcome)
+        assert outcome.startswith("RankFailed") and "rank 1 gone" in outcome, (rank, outcome)
 
 
 _PLACEMENTS = [rs.Shard(0), rs.Shard(1), rs.Shard(2), rs.Replicate()]

@@ -89,17 +89,17 @@ def test_gradients_and_started_calls_as_for_one_tensor():
 
 
 @pytest.mark.parametrize("case,kind,words", [
-    ("dtype on rank 1", "MismatchError", "tensor 2: dtype and dims differ across ranks: ranks 0,2: float32 2-d; "
+    ("dtype on rank 1", "MismatchError", "tensor 2: dtype and dims differ across ranks: ranks 0, 2: float32 2-d; "
                                          "rank 1: float64 2-d"),
-    ("layout on rank 1", "MismatchError", "tensor 1: layout differs across ranks: ranks 0,2: Shard(0) -> Shard(1); "
+    ("layout on rank 1", "MismatchError", "tensor 1: layout differs across ranks: ranks 0, 2: Shard(0) -> Shard(1); "
                                           "rank 1: Shard(1) -> Shard(1)"),
-    ("global_shape differs on one rank", "MismatchError", "tensor 1: global_shape differs across ranks: ranks 0,1: [12, 6]; "
+    ("global_shape differs on one rank", "MismatchError", "tensor 1: global_shape differs across ranks: ranks 0, 1: [12, 6]; "
                                                 "rank 2: [13, 6]"),
     ("bad dim on rank 0", "InvalidArgument", "tensor 1"),
-    ("count on rank 1", "MismatchError", "input differs across ranks: ranks 0,2: a list of 3 tensors; rank 1: a list of 2"),
-    ("one tensor on rank 1", "MismatchError", "input differs across ranks: ranks 0,2: a list of 3 tensors; rank 1: one tensor"),
-    ("empty list on rank 1", "MismatchError", "ranks 0,2: a list of 3 tensors; rank 1: an empty list"),
-    ("empty list on rank 1, check off", "MismatchError", "ranks 0,2: a list of 3 tensors; rank 1: an empty list"),
+    ("count on rank 1", "MismatchError", "input differs across ranks: ranks 0, 2: a list of 3 tensors; rank 1: a list of 2"),
+    ("one tensor on rank 1", "MismatchError", "input differs across ranks: ranks 0, 2: a list of 3 tensors; rank 1: one tensor"),
+    ("empty list on rank 1", "MismatchError", "ranks 0, 2: a list of 3 tensors; rank 1: an empty list"),
+    ("empty list on rank 1, check off", "MismatchError", "ranks 0, 2: a list of 3 tensors; rank 1: an empty list"),
     ("not an array on rank 0", "InvalidArgument", "tensor 1 must be a torch.Tensor or numpy.ndarray, got builtins.NoneType"),
     ("src list length", "InvalidArgument", "one per tensor"),
     ("placements tuple on a world", "InvalidArgument",
@@ -113,7 +113,7 @@ def test_bad_input_among_many_names_the_tensor_on_every_rank(case, kind, words):
         if case in ("bad dim on rank 0", "not an array on rank 0"):
             assert "rank 0" in text and "tensor 1: tensor 1" not in text, text
         if "on rank 2" in case and kind == "MismatchError":
-            assert "ranks 0,1: 6; rank 2: 7" in text, text
+            assert "ranks 0, 1: 6; rank 2: 7" in text, text
 
 
 def test_dtensors_in_one_call_as_dtensor_moves_each():

@@ -102,9 +102,9 @@ def test_bad_input_on_a_mesh_raises_on_every_rank(engine, case, error):
 
 @pytest.mark.parametrize("check", [True, False])
 @pytest.mark.parametrize(("case", "says"), [
-    ("dst on rank 0", "redistribute: dst differs across ranks: rank 0: Shard(0); ranks 1,2,3: Shard(1)"),
-    ("global_shape on rank 0", "redistribute: global_shape differs across ranks: rank 0: (16, 4); ranks 1,2,3: None"),
-    ("mesh dst on rank 3", "redistribute: dst differs across ranks: ranks 0,1,2: (Shard(1), Shard(0)); "
+    ("dst on rank 0", "redistribute: dst differs across ranks: rank 0: Shard(0); ranks 1-3: Shard(1)"),
+    ("global_shape on rank 0", "redistribute: global_shape differs across ranks: rank 0: (16, 4); ranks 1-3: None"),
+    ("mesh dst on rank 3", "redistribute: dst differs across ranks: ranks 0-2: (Shard(1), Shard(0)); "
                            "rank 3: Spec(None, (1, 0))"),
 ])
 def test_arguments_that_differ_are_named_with_every_ranks_value_check_on_or_off(check, case, says):

@@ -170,7 +170,7 @@ BAD = {
     # the records hold None as -1 and the algorithm as an index; the message shows what was passed
     "capacity differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3)] * 2
                          + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, capacity=2)],
-                         "MismatchError", "capacity differs across ranks: ranks 0,1: None; rank 2: 2"),
+                         "MismatchError", "capacity differs across ranks: ranks 0, 1: None; rank 2: 2"),
     # the input is named as the signature names it: tokens, expert_outputs
     "tokens not an array": ("moe.dispatch", dict(tokens=[1.0, 2.0], expert_ids=("array", (6,), "int64"), num_experts=3),
                             "InvalidArgument", "tokens must be a torch.Tensor or numpy.ndarray"),
@@ -180,7 +180,7 @@ BAD = {
                                                       experts=[abs]), "InvalidArgument", "tokens is 0-d"),
     "algorithm differs": ("moe.dispatch", [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, algorithm="flat")] * 2
                           + [dict(tokens=A, expert_ids=("array", (6,), "int64"), num_experts=3, algorithm="hierarchical")],
-                          "MismatchError", "algorithm differs across ranks: ranks 0,1: 'flat'; rank 2: 'hierarchical'"),
+                          "MismatchError", "algorithm differs across ranks: ranks 0, 1: 'flat'; rank 2: 'hierarchical'"),
 }
 
 

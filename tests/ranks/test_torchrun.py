@@ -92,6 +92,6 @@ def test_a_rank_that_leaves_early_under_torchrun_is_named_by_its_peers(tmp_path)
     )
     for r in (0, 1):
         seconds, said = (tmp_path / f"rank{r}").read_text().split(" ", 1)
-        assert said.startswith("RankFailed") and "rank(s) 2" in said, said  # named, not a timeout
+        assert said.startswith("RankFailed") and "rank 2 " in said, said  # named, not a timeout
         assert float(seconds) < 5, seconds
 

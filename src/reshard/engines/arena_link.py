@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import settings
-from ..errors import CommTimeout, MismatchError, RankFailed, ReshardError
+from ..errors import CommTimeout, MismatchError, RankFailed, ReshardError, ranks_text
 from . import arena as arena_mod
 from .shared_pages import map_file
 from .shm import enabled_here, host_key, open_peer_file
@@ -225,11 +225,11 @@ class ArenaLink:
                 # a peer that wrote and then ended since it was read is not blamed: read it again
                 dead = sorted(q for q in waiting if not alive(self.pids.get(q)) and not ready(q))
                 if dead:
-                    raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone "
-                                     "(their process ended)", dict.fromkeys(dead, "its process ended"))
+                    raise RankFailed(f"rank {self.rank}: {what}: {ranks_text(dead)} gone (process ended)",
+                                     dict.fromkeys(dead, "its process ended"))
             if poll.expired():
-                raise CommTimeout(f"rank {self.rank}: {what}: waited more than {self.timeout:g} s for rank(s) "
-                                  f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
+                raise CommTimeout(f"rank {self.rank}: {what}: waited more than {self.timeout:g} s for "
+                                  f"{ranks_text(waiting)} (a rank never reached this collective)")
 
     def close(self) -> None:
         if self.kept:  # peers may still read the last sources: wait a little for them, not for the dead

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import settings
-from ..errors import CommTimeout, RankFailed
+from ..errors import CommTimeout, RankFailed, ranks_text
 from .shared_pages import map_file
 from .shm_notes import Mailbox, Poll, alive, spins_for, usable_here
 
@@ -391,7 +391,7 @@ class VoteBoard:
         who, seen = (note & _WHO) - 1, "seen by the lowest rank of its host"
         if note & _LEADERS_SILENT:
             others = [q for q in self.leaders if q != self.leader]
-            named = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {', '.join(map(str, others))}"
+            named = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {ranks_text(others, word=False)}"
             raise CommTimeout(f"rank {self.rank}: the check's vote among the hosts' lowest ranks "
                               f"({', '.join(map(str, self.leaders))}) ran out of time (seen by rank {self.leader}, "
                               f"this host's lowest): {named} never reached this collective, or a rank of its host "
@@ -439,11 +439,11 @@ class VoteBoard:
                         noted.extend([_GONE, dead[0]] if dead else [_CLOSED, closed[0]])
                         return ready
                     if dead:
-                        raise RankFailed(f"rank {self.rank}: the check's vote found rank(s) "
-                                         f"{', '.join(map(str, dead))} gone (their process ended)",
+                        raise RankFailed(f"rank {self.rank}: the check's vote found {ranks_text(dead)} gone "
+                                         "(process ended)",
                                          dict.fromkeys(dead, "its process ended"))
                     if closed:
-                        raise RankFailed(f"rank {self.rank}: rank(s) {', '.join(map(str, closed))} closed "
+                        raise RankFailed(f"rank {self.rank}: {ranks_text(closed)} closed "
                                          "the communicator (their job returned) without joining this collective",
                                          dict.fromkeys(closed, "closed the communicator"))
                 if poll.expired():
@@ -451,8 +451,8 @@ class VoteBoard:
                         noted.extend([_SILENT, min(waiting)])
                         return ready
                     raise CommTimeout(
-                        f"rank {self.rank}: the check's vote waited more than {poll.timeout:g} s for rank(s) "
-                        f"{', '.join(map(str, sorted(waiting)))} (a rank never reached this collective)")
+                        f"rank {self.rank}: the check's vote waited more than {poll.timeout:g} s for "
+                        f"{ranks_text(waiting)} (a rank never reached this collective)")
         return ready
 
     def _raise_local_silence(self, at: int, seq: int) -> None:
@@ -461,8 +461,8 @@ class VoteBoard:
         else nothing (the leader voted and waits on the other hosts)."""
         silent = sorted(q for q, board in self.peers.items() if board[at] < seq)  # a slot holds seq or seq - 2
         if silent:
-            raise CommTimeout(f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for rank(s) "
-                              f"{', '.join(map(str, silent))} (a rank never reached this collective)")
+            raise CommTimeout(f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for "
+                              f"{ranks_text(silent)} (a rank never reached this collective)")
 
     def _closed(self, peer: int) -> bool:
         """Whether ``peer`` closed its board (a same-host peer's; one across hosts is not seen)."""

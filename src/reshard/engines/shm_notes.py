@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CommTimeout, RankFailed
+from ..errors import CommTimeout, RankFailed, ranks_text
 
 LINE_WORDS = 8  # int64 words of one note or acknowledgement: a cache line each
 
@@ -154,11 +154,11 @@ class Mailbox:
                 if poll.pause():
                     gone = {q for q in owing if not alive(self.pids.get(q))}
                 if poll.expired():
-                    raise CommTimeout(f"rank {me}: {what}: waited more than {self.timeout:g} s for rank(s) "
-                                      f"{', '.join(map(str, sorted(owing)))} "
+                    raise CommTimeout(f"rank {me}: {what}: waited more than {self.timeout:g} s for "
+                                      f"{ranks_text(owing)} "
                                       "(a rank never reached this collective)")
         return failed
 
     def _raise_gone(self, what: str, dead: list[int]) -> None:
-        raise RankFailed(f"rank {self.rank}: {what}: rank(s) {', '.join(map(str, dead))} gone (their process ended)",
+        raise RankFailed(f"rank {self.rank}: {what}: {ranks_text(dead)} gone (process ended)",
                          dict.fromkeys(dead, "its process ended"))

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ERROR_CODES, InvalidArgument, MismatchError, ReshardError, error_code
+from ..errors import ERROR_CODES, InvalidArgument, MismatchError, ReshardError, error_code, ranks_text
 
 MAGIC = 0x5245534841524431  # "RESHARD1": a record from something else is caught, not misread
 MAX_DIMS = 16
@@ -114,17 +114,12 @@ def decode(raw: np.ndarray, size: int, arg_names: tuple[str, ...]) -> Record:
     )
 
 
-def _ranks(ranks: Sequence[int]) -> str:
-    ranks = list(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in ranks)
-
-
 def describe_disagreement(what: str, values: Sequence[Any], fmt: Callable[[Any], str] = str) -> str:
-    """'dtype differs across ranks: rank 0,1 float32; rank 2 float64'."""
+    """'dtype differs across ranks: ranks 0, 1: float32; rank 2: float64'."""
     groups: dict[str, list[int]] = {}
     for rank, value in enumerate(values):
         groups.setdefault(fmt(value), []).append(rank)
-    parts = [f"{_ranks(ranks)}: {value}" for value, ranks in groups.items()]
+    parts = [f"{ranks_text(ranks)}: {value}" for value, ranks in groups.items()]
     return f"{what} {'differ' if what in _PLURAL else 'differs'} across ranks: " + "; ".join(parts)
 
 
@@ -149,7 +144,7 @@ def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseExcept
     op = records[own_rank].op
     said = [_own_words(records[r].message, r, op) for r in bad]
     text = said[0] if len(bad) == 1 else " | ".join(f"rank {r}: {m}" for r, m in zip(bad, said))
-    raise cls(f"{op}: invalid input on {_ranks(bad)}: {text}")
+    raise cls(f"{op}: invalid input on {ranks_text(bad)}: {text}")
 
 
 def _own_words(message: str, rank: int, op: str) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .. import errors, settings
 from ..errors import CommTimeout, RankFailed, ReshardError, on_every_rank
+from ..errors import ranks_text as _ranks_text
 from ..execution import activity
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -232,20 +233,3 @@ def _grouped(texts: dict[int, str]) -> list[tuple[str, list[int]]]:
 def _with_ranks(ranks: Sequence[int], text: str) -> str:
     """``ranks: text``, unless the launcher's text names its rank already (``rank 1 ended ...``)."""
     return f"{_ranks_text(ranks)}: {text}" if not text.startswith("rank ") else text
-
-
-def _ranks_text(ranks: Iterable[int], word: bool = True) -> str:
-    """``rank 2``, ``ranks 0, 2`` or ``ranks 0-3`` (runs of three or more as ranges)."""
-    ranks = sorted(ranks)
-    parts: list[str] = []
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts.append(f"{ranks[i]}-{ranks[j]}" if j - i >= 2 else ", ".join(map(str, ranks[i:j + 1])))
-        i = j + 1
-    body = ", ".join(parts)
-    if not word:
-        return body
-    return ("rank " if len(ranks) == 1 else "ranks ") + body

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import settings
 from ..engines.available import ENGINES, installed, missing_for
-from ..errors import ReshardError
+from ..errors import ReshardError, ranks_text
 from ..version import VERSION
 
 MPI_PROBE = ("import mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; "
@@ -265,7 +265,7 @@ def trial(engine: str, ranks: int, timeout: float) -> dict[str, Any]:
     wrong = [r for r, res in enumerate(results) if not res["right"]]
     return {
         "engine": engine, "ranks": ranks, "works": not wrong,
-        "why": f"ranks {wrong} received wrong values" if wrong else None,
+        "why": f"{ranks_text(wrong)} received wrong values" if wrong else None,
         "job_seconds": round(time.perf_counter() - started, 3),
         "exchange_seconds": round(max(r["seconds"] for r in results), 6),
     } | ({"shared_memory_peers": {r: res["shared_memory_peers"] for r, res in enumerate(results)}}
