@@ -15,6 +15,7 @@ from .errors import InvalidArgument, MissingDependency
 from .execution import handles
 from .execution.buffers import release_buffers
 from .execution.replay_cache import ReplayCache
+from .execution.tracebacks import public_call
 
 DEFAULT_TIMEOUT: float = settings.BY_NAME["RESHARD_TIMEOUT"].default
 
@@ -254,6 +255,7 @@ def _lone_mpi(timeout: float) -> Any:
                 os.environ[name] = value
 
 
+@public_call
 def init(engine: str | None = None, timeout: float | None = None, check: bool = True) -> Comm:
     """Join the job this process was started in and return its communicator.
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from .comm import current_or_none
 from .errors import InvalidArgument, UnsupportedDType
+from .execution.tracebacks import public_call
 from .mesh import Mesh
 from .planning.layout import (
     Partial,
@@ -353,6 +354,7 @@ def _arguments(x: Array, mesh: Any, src: Any, axes: Any, s: Any, dst: Any, norm:
     return a, layout, axes, s, want, lib
 
 
+@public_call
 def fftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst: Any = None,
          norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
     """The N-D discrete Fourier transform of the array whose piece on this rank is ``x``.
@@ -376,12 +378,14 @@ def fftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst:
     return _run(x, mesh, src, axes, dst, norm, backend, "fft", check=check)
 
 
+@public_call
 def ifftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst: Any = None,
           norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
     """The inverse of ``fftn``: this rank's piece of ``numpy.fft.ifftn(full, axes=axes, norm=norm)``."""
     return _run(x, mesh, src, axes, dst, norm, backend, "ifft", check=check)
 
 
+@public_call
 def rfftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst: Any = None,
           norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
     """The transform of real values: this rank's piece of ``numpy.fft.rfftn(full, axes=axes,
@@ -389,6 +393,7 @@ def rfftn(x: Array, mesh: Mesh, src: Any, axes: Sequence[int] | None = None, dst
     return _run(x, mesh, src, axes, dst, norm, backend, "rfft", check=check)
 
 
+@public_call
 def irfftn(x: Array, mesh: Mesh, src: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
            dst: Any = None, norm: str = "backward", backend: str = "numpy", *, check: bool | None = None) -> Array:
     """The inverse of ``rfftn``: this rank's piece of ``numpy.fft.irfftn(full, s=s, axes=axes,

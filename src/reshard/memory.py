@@ -19,6 +19,7 @@ from .engines import arena as arena_mod
 from .errors import InvalidArgument, UnsupportedDType
 from .execution.arrays import MOVABLE_KINDS, is_torch, loaded_torch
 from .execution.buffers import shared_empty
+from .execution.tracebacks import public_call
 from .planning.placements import MAX_TENSOR_BYTES, check_int
 
 Array = Any
@@ -39,6 +40,7 @@ def _check_comm(comm: Comm | None, what: str) -> None:
                               "(allocate them with torch.empty(..., device='cuda'))")
 
 
+@public_call
 def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> Array:
     """An uninitialised C-order CPU array of ``shape`` and ``dtype`` in the shared arena:
     a numpy array, or a CPU torch tensor where ``dtype`` is a torch dtype (numbers or bool,
@@ -80,6 +82,7 @@ def _check_numbers(like: np.ndarray, op: str) -> None:
                                "and bool only, the values reshard moves")
 
 
+@public_call
 def empty_like(x: Array, comm: Comm | None = None) -> Array:
     """``empty(x.shape, x.dtype, comm)``: numpy for a numpy ``x``, a CPU torch tensor for a
     torch one (a CUDA tensor is refused: the arena holds CPU memory)."""

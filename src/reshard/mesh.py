@@ -13,6 +13,7 @@ from typing import Any
 from .comm import Comm, current
 from .errors import InvalidArgument
 from .execution import handles
+from .execution.tracebacks import public_call
 from .planning.layout import check_int, ravel, unravel
 from .validate import hosts_mesh_shape
 
@@ -23,6 +24,7 @@ class Mesh:
     """An N-D grid of the ranks of ``comm``: ``shape``, ``names`` (one per dim), ``coord`` (this
     rank's), ``size``; ``sub(dim)`` gives the communicator along one dim."""
 
+    @public_call
     def __init__(self, shape: Sequence[int], names: Sequence[str] | None = None, comm: Comm | None = None):
         self.comm = current(comm, "rs.Mesh")
         try:
@@ -67,6 +69,7 @@ class Mesh:
             members.append(ravel(base, self.shape))
         return members
 
+    @public_call
     def sub(self, dim: int | str) -> Comm:
         """Collective on the first call for a dim (every rank calls it): the communicator over
         the ranks that share every other coordinate, ranked by their coordinate along ``dim``."""

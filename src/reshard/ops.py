@@ -25,6 +25,7 @@ from .execution import arena_reads, execute
 from .execution.call import Call, refuse, replay_or_new, run_started
 from .execution.hot_replay import MISS, replay_hot
 from .execution.stats import ExchangeStats, last_exchange
+from .execution.tracebacks import public_call
 from .mesh import Mesh
 from .planning import host_costs, planner
 from .planning.layout import REDUCE_OPS, Shard, normalize_dim
@@ -37,6 +38,7 @@ __all__ = [
 Array = Any  # torch.Tensor or numpy.ndarray
 
 
+@public_call
 def all_to_all(
     x: Array, split_dim: int, concat_dim: int, comm: Comm | None = None,
     split_sizes: Sequence[int] | None = None, *, check: bool | None = None, async_op: bool = False,
@@ -108,6 +110,7 @@ def all_to_all(
     return execute.run(call, x, plan, backward=lambda: plan.reverse())
 
 
+@public_call
 def all_to_all_v(
     x: Array, send_counts: Sequence[int], comm: Comm | None = None, *,
     recv_counts: Sequence[int] | None = None, check: bool | None = None, async_op: bool = False,
@@ -173,6 +176,7 @@ def all_to_all_v(
     return execute.run(call, x, plan, backward=lambda: plan.reverse()), got
 
 
+@public_call
 def all_gather(
     x: Array, dim: int = 0, comm: Comm | None = None, *, check: bool | None = None, async_op: bool = False,
 ) -> Array:
@@ -196,6 +200,7 @@ def all_gather(
                        backward=lambda: _summed_piece_back(call.comm, d, lengths))
 
 
+@public_call
 def gather(
     x: Array, dim: int = 0, dst: int = 0, comm: Comm | None = None, *, check: bool | None = None,
     async_op: bool = False,
@@ -218,6 +223,7 @@ def gather(
     return execute.run(call, x, planner.gather(call.rank, shapes, *args))
 
 
+@public_call
 def reduce_scatter(
     x: Array, dim: int = 0, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None,
     async_op: bool = False,
@@ -242,6 +248,7 @@ def reduce_scatter(
     return execute.run(call, x, planner.reduce_scatter(call.rank, call.size, d, op), backward=back)
 
 
+@public_call
 def all_reduce(
     x: Array, op: str = "sum", comm: Comm | None = None, *, check: bool | None = None, async_op: bool = False,
 ) -> Array:
@@ -294,6 +301,7 @@ def _gathered_back(comm: Comm, dim: int, op: str) -> Any:
 _SRC_NOT_GIVEN = Shard(0)  # the default src: a DTensor's own placements stand for it
 
 
+@public_call
 def redistribute(
     x: Array, src: Any = _SRC_NOT_GIVEN, dst: Any = Shard(1), comm: Comm | None = None,
     global_shape: Sequence[int] | None = None, *, mesh: Mesh | None = None, check: bool | None = None,

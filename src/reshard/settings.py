@@ -88,8 +88,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("RESHARD_ARENA_MIN_BYTES", "the smallest exchange (the tensor's bytes over its ranks) that uses the "
              f"shared arena; below it the engine's own path is faster; {NEVER_BYTES} or more means never",
              1 << 20, _bytes),
-    Variable("RESHARD_TRACEBACK", "1 keeps reshard's own frames in the tracebacks rs.spawn reports for its ranks "
-             "(by default only the job's frames and the libraries it called are shown)", False, _flag),
+    Variable("RESHARD_TRACEBACK", "1 keeps reshard's own frames in the tracebacks of the errors its calls raise "
+             "and in those rs.spawn reports for its ranks (by default a traceback ends at the line that called "
+             "reshard)", False, _flag),
     Variable("RESHARD_RANK_PREFIX", "0 passes the output of the ranks rs.spawn starts on as it is, without the "
              "[rank N] in front of each line", True, _flag),
     Variable("RESHARD_RANK", "this rank's index, set by rs.spawn for the ranks it starts", None, int,

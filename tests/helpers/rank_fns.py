@@ -1111,3 +1111,30 @@ def spawns_a_job(comm, engine):
 
 def _own_rank(comm):
     return comm.rank
+
+
+def traceback_files(comm):
+    """The files in the tracebacks of errors reshard's calls raise on this rank (a bad argument,
+    shapes the check finds unbalanced, a started call, the FFT, a mesh), by default and with
+    ``RESHARD_TRACEBACK=1``: {(call, setting): [file, ...] or None where nothing was raised}."""
+    import traceback
+
+    x = np.ones((4, 6) if comm.rank != 1 else (5, 6), np.float32)
+    calls = {
+        "dim out of range": lambda: rs.all_to_all(np.ones((4, 4)), 0, 5),
+        "shapes unbalanced": lambda: rs.redistribute(x, rs.Shard(0), rs.Shard(1)),
+        "started call": lambda: rs.redistribute(x, rs.Shard(0), rs.Shard(1), async_op=True).wait(),
+        "fft": lambda: rs.fft.fftn(np.ones((2, 2), complex), rs.Mesh((comm.size,), comm=comm), "S(0)", norm="bogus"),
+        "mesh": lambda: rs.Mesh((comm.size + 1,), comm=comm),
+    }
+    out = {}
+    for full in ("0", "1"):
+        os.environ["RESHARD_TRACEBACK"] = full
+        for name, call in calls.items():
+            try:
+                call()
+                out[name, full] = None
+            except rs.ReshardError as exc:
+                out[name, full] = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
+    del os.environ["RESHARD_TRACEBACK"]
+    return out

@@ -16,7 +16,7 @@ MAX_LINES = 500
 LAYERS = [
     ["errors", "version", "engines.shared_pages"],
     ["planning.placements", "messages", "settings"],
-    ["planning.spec"],
+    ["planning.spec", "execution.tracebacks"],
     ["planning.layout"],
     ["planning.plan", "execution.arrays", "planning.box_geometry", "planning.steps", "planning.host_costs"],
     ["planning.mesh_plan"],
@@ -66,7 +66,7 @@ LAYERS = [
     ["__main__", ""],
 ]
 PURE = {"planning", "planning.host_costs", "planning.layout", "planning.spec", "planning.placements", "planning.plan", "planning.box_geometry", "planning.mesh_plan",
-        "planning.steps", "planning.planner", "tools.rank_report", "errors", "messages", "settings", "execution.stats",
+        "planning.steps", "planning.planner", "tools.rank_report", "errors", "messages", "settings", "execution.tracebacks", "execution.stats",
         "execution.activity"}
 HEAVY = {"torch", "numpy", "mpi4py", "matplotlib", "rich"}
 

@@ -60,7 +60,7 @@ def test_a_length_the_receiver_did_not_expect_is_named_on_both_sides():
 
 def test_a_peer_that_never_posts_times_out_naming_it():
     a, _ = mailboxes(2, timeout=0.05)
-    with pytest.raises(rs.CommTimeout, match=r"rank 0: an exchange: waited more than 0.05 s for rank\(s\) 1"):
+    with pytest.raises(rs.CommTimeout, match=r"rank 0: an exchange: waited more than 0.05 s for rank 1"):
         a.settle([(1, torch.empty(4, dtype=torch.uint8))], [], outbox_reader({}), "an exchange")
 
 
@@ -69,7 +69,7 @@ def test_a_peer_whose_process_ended_is_named():
     ended.wait()
     a, _ = mailboxes(2, timeout=30.0, pids={1: ended.pid})
     a.post(1, 0, 4)
-    with pytest.raises(rs.RankFailed, match=r"rank 0: an exchange: rank\(s\) 1 gone"):
+    with pytest.raises(rs.RankFailed, match=r"rank 0: an exchange: rank 1 gone"):
         a.settle([], [1], outbox_reader({}), "an exchange")
 
 
@@ -129,7 +129,7 @@ def test_a_peer_that_voted_and_then_closed_is_not_blamed(monkeypatch):
     assert finish().tolist() == [7, -2]
     # a peer that closed without this vote is still named at once
     finish = mine.start(np.array([3, -5]))
-    with pytest.raises(rs.RankFailed, match=r"rank\(s\) 1 closed the communicator"):
+    with pytest.raises(rs.RankFailed, match=r"rank 1 closed the communicator"):
         finish()
 
 
@@ -137,5 +137,5 @@ def test_a_peer_that_wrote_its_note_and_then_ended_is_not_blamed_by_a_reader():
     link = ArenaLink(0, 2, np.zeros(64, dtype=np.int64), {1: np.zeros(64, dtype=np.int64)}, {}, {1: _ended_pid()}, [], 30.0)
     written = []
     link._wait(_PeerActsDuringPause(lambda: written.append(1)), {1}, "an exchange", lambda q: bool(written))
-    with pytest.raises(rs.RankFailed, match=r"rank\(s\) 1 gone"):
+    with pytest.raises(rs.RankFailed, match=r"rank 1 gone"):
         link._wait(_PeerActsDuringPause(lambda: None), {1}, "an exchange", lambda q: False)

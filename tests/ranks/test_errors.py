@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -228,3 +229,34 @@ def test_spawn_args_that_are_not_a_sequence_are_refused_by_name():
     for args in (5, None, "ab"):
         with pytest.raises(rs.InvalidArgument, match=r"^args must be a tuple or list of fn's arguments after comm"):
             rs.spawn(rank_fns.identity, 2, args=args)
+
+
+def _reshard_files(files):
+    package = os.path.dirname(os.path.abspath(rs.__file__)) + os.sep
+    return [f for f in files if os.path.abspath(f).startswith(package)]
+
+
+@pytest.mark.parametrize("engine", ["gloo", "mpi"])
+def test_an_error_from_a_call_ends_its_traceback_at_the_callers_line(engine):
+    if engine == "mpi" and not HAVE_MPI:
+        pytest.skip("mpi4py is not installed")
+    for rank, seen in enumerate(rs.spawn(rank_fns.traceback_files, 3, engine=engine, timeout=120)):
+        for (call, full), files in seen.items():
+            assert files, (rank, call, full, "nothing raised")
+            if full == "0":
+                assert not _reshard_files(files), (rank, call, files)
+                assert files[-1] == rank_fns.__file__, (rank, call, files)  # the line that called reshard
+            else:
+                assert _reshard_files(files), (rank, call, files)
+
+
+def test_an_error_raised_before_any_rank_exists_ends_at_the_callers_line(monkeypatch):
+    import traceback
+
+    for full in ("0", "1"):
+        monkeypatch.setenv("RESHARD_TRACEBACK", full)
+        with pytest.raises(rs.InvalidArgument) as info:
+            rs.redistribute(np.ones((4, 4)), rs.Shard(0), rs.Shard(1))
+        files = [frame.filename for frame in traceback.extract_tb(info.value.__traceback__)]
+        assert bool(_reshard_files(files)) == (full == "1"), (full, files)
+        assert files[0] == __file__, files

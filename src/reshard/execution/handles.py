@@ -17,7 +17,6 @@ timeout) is raised by ``wait()``, on every rank as the blocking call would raise
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import warnings
@@ -28,6 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..errors import CommTimeout, InvalidArgument
+from .tracebacks import PACKAGE_DIR, public_call
 
 # what a worker thread runs as it runs out of calls, in the thread: the layers above that keep
 # per-thread data (``buffers``) register how to free it
@@ -48,6 +48,7 @@ class Handle:
     def done(self) -> bool:
         return self._future.done()
 
+    @public_call
     def wait(self, timeout: float | None = None) -> Any:
         """The call's result. ``timeout`` (seconds; None waits as long as the call's own
         bounded waits take): raises ``CommTimeout`` naming the op if it runs out first; the
@@ -174,7 +175,6 @@ def _join(thread: threading.Thread | None) -> None:
 _WORKER = _Worker()
 _LANES: dict[int, _Worker] = {}  # id of a lane's communicator -> its worker
 _LANES_LOCK = threading.Lock()
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the reshard package
 
 
 def _workers() -> list[_Worker]:
@@ -189,7 +189,7 @@ def _on_a_worker() -> bool:
 def _caller_site() -> tuple[str, int]:
     """(file, line) of the innermost frame outside reshard: the job's call."""
     frame = sys._getframe(1)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):  # imported by absolute path
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):  # imported by absolute path
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 

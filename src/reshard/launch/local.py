@@ -29,6 +29,7 @@ from .. import settings
 from ..engines.available import ENGINES, default_engine, missing_for, nccl_missing
 from ..errors import InvalidArgument, MissingDependency
 from ..execution import activity
+from ..execution.tracebacks import public_call
 from ..planning.layout import check_int
 from .output import RankOutput
 from .payload import main_not_imported, pack, unguarded_call_site
@@ -43,6 +44,7 @@ def _context() -> Any:
     return ctx
 
 
+@public_call
 def spawn(
     fn: Callable[..., Any], world_size: int, engine: str | None = None, args: Sequence[Any] = (),
     timeout: float = 60.0, check: bool = True,

@@ -20,8 +20,8 @@ from .. import errors, settings
 from ..errors import CommTimeout, RankFailed, ReshardError, on_every_rank
 from ..errors import ranks_text as _ranks_text
 from ..execution import activity
+from ..execution.tracebacks import is_reshard_frame
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARIES = tuple(
     os.path.abspath(p) + os.sep
     for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} if p
@@ -49,10 +49,6 @@ class RankError:
     site: str = ""
     consequence: bool = False
     blames: tuple[int, ...] = field(default_factory=tuple)
-
-
-def is_reshard_frame(filename: str) -> bool:
-    return os.path.abspath(filename).startswith(_PACKAGE)
 
 
 def _is_library_frame(filename: str) -> bool:

@@ -30,6 +30,7 @@ from ..errors import InvalidArgument, UnsupportedDType
 from ..execution import arena_reads, execute, handles, phases
 from ..execution.arrays import is_numpy, is_torch
 from ..execution.call import Call, run_started, wants_grad
+from ..execution.tracebacks import public_call
 from ..mesh import Mesh
 from ..planning.layout import check_int, offsets, shard_sizes
 from . import host_routes, sums, two_level
@@ -149,6 +150,7 @@ def _kept_counts(counts: np.ndarray, capacity: int | None) -> np.ndarray:
     return np.clip(capacity - before, 0, counts)
 
 
+@public_call
 def dispatch(
     tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | None = None,
     capacity: int | None = None, *, check: bool | None = None, async_op: bool = False, algorithm: str = "auto",
@@ -287,6 +289,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
     return expert_inputs, handle
 
 
+@public_call
 def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = None, *, check: bool | None = None,
             async_op: bool = False) -> Array:
     """Send expert outputs back to their tokens and sum each token's slots.
@@ -340,6 +343,7 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     return sums.sum_slots(slots.reshape(num_tokens, top_k, *trail), weights, handle.kept)
 
 
+@public_call
 def pipeline(
     tokens: Array, expert_ids: Array, experts: Sequence[Callable[[Array], Array]], weights: Array | None = None, *,
     chunks: int = 1, capacity: int | None = None, comm: Comm | None = None, check: bool | None = None,
