@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SUBNET = "10.213.9"
@@ -98,7 +99,7 @@ def run_torchrun(hosts: Sequence[Host], script: str, args: Sequence[str], ranks_
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        outputs = [open(name).read() for name in logs]
+        outputs = [Path(name).read_text() for name in logs]
     if overran or any(p.returncode for p in procs):
         raise RuntimeError("\n".join(f"--- host {i} (exit {p.returncode}) ---\n{out}"
                                      for i, (p, out) in enumerate(zip(procs, outputs))))

@@ -123,7 +123,7 @@ if __name__ == "__main__":
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         print(rs.spawn(job, world_size=3))
-    print([str(w.message) for w in said])
+    print([f"{w.filename}:{w.lineno}: {w.message}" for w in said])
     print(rs.spawn(mesh_job, world_size=4, engine="mpi"))
     try:
         rs.spawn(job, world_size=2, engine="gloo")
@@ -157,6 +157,9 @@ def test_sdist_installs_without_torch_and_runs_on_mpi(dist):
     lines = _run([str(py), "row_to_column.py"], cwd=work, env=env).stdout.strip().splitlines()
     assert lines[0] == "[('mpi', (6, 2)), ('mpi', (6, 2)), ('mpi', (6, 2))]"
     assert "torch is not installed, so the ranks run on MPI" in lines[1]
+    spawn_line = 1 + ROW_TO_COLUMN.splitlines().index("        print(rs.spawn(job, world_size=3))")
+    assert f"row_to_column.py:{spawn_line}: rs.spawn:" in lines[1], lines[1]  # the warning points at the job's call
+    assert "unclosed file" not in lines[1], lines[1]  # the script read to find its main guard is closed again
     assert lines[2] == "[True, True, True, True]"
     assert lines[3].startswith("missing: engine 'gloo' needs torch") and "[torch] extra" in lines[3]
 

@@ -74,7 +74,7 @@ def spawn(
     if engine is None:
         engine, note = default_engine()
         if note is not None:
-            warnings.warn(f"rs.spawn: {note}", UserWarning, stacklevel=2)
+            warnings.warn(f"rs.spawn: {note}", UserWarning, stacklevel=3)  # the caller of public_call's wrapper
     if engine not in ENGINES:
         raise InvalidArgument(f"engine must be one of {ENGINES}, got {engine!r}")
     missing = missing_for(engine) or (nccl_missing() if engine == "nccl" else None)

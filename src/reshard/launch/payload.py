@@ -103,7 +103,8 @@ def unguarded_call_site() -> str | None:
     if frame is None:
         return None
     try:
-        tree = ast.parse(open(path, encoding="utf-8").read())
+        with open(path, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
     except (OSError, SyntaxError, ValueError):
         return None
     line = frame.f_lineno
