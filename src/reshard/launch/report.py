@@ -17,8 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .. import errors, settings
-from ..errors import CommTimeout, RankFailed, ReshardError, on_every_rank
-from ..errors import ranks_text as _ranks_text
+from ..errors import CommTimeout, RankFailed, ReshardError, on_every_rank, ranks_text
 from ..execution import activity
 from ..execution.tracebacks import is_reshard_frame
 
@@ -122,7 +121,7 @@ def job_failed(
         failures[q] = f"rank {q} returned after {_calls(seen.get(q))} while its peers waited for it"
     lines = [_returned_head(early, sorted(r for r in failures if r not in culprits), seen)] if early else []
     for text, ranks in _grouped({r: _cause(r, raised, failures, full) for r in culprits if r not in early}):
-        lines.append(f"{_ranks_text(ranks)} {text}" if text.startswith("failed: ") else _with_ranks(ranks, text))
+        lines.append(f"{ranks_text(ranks)} {text}" if text.startswith("failed: ") else _with_ranks(ranks, text))
     followers = {r: _stopped_line(r, culprits, early, raised, failures, seen) for r in sorted(failures) if r not in culprits}
     for text, ranks in _grouped(followers):
         lines.append(_with_ranks(ranks, text))
@@ -139,7 +138,7 @@ def _same_everywhere(size: int, raised: dict[int, RankError], failures: dict[int
     by_message: dict[str, list[int]] = {}
     for r in sorted(raised):
         by_message.setdefault(_without_own_prefix(raised[r].message, r), []).append(r)
-    head = f"{name} on every rank ({_ranks_text(range(size))})"
+    head = f"{name} on every rank ({ranks_text(range(size))})"
     if len(by_message) == 1:
         text = f"{head}: {next(iter(by_message))}"
     else:
@@ -155,9 +154,9 @@ def _same_everywhere(size: int, raised: dict[int, RankError], failures: dict[int
 def _returned_head(early: Sequence[int], waiting: Sequence[int], seen: dict) -> str:
     """The first line where ranks returned while their peers waited for them."""
     if len(early) > 1:
-        return f"{_ranks_text(early)} returned while their peers waited for them"
+        return f"{ranks_text(early)} returned while their peers waited for them"
     head = f"rank {early[0]} returned after {_calls(seen.get(early[0]))}"
-    return f"{head}; {_ranks_text(waiting)} were waiting in {_where(seen.get(waiting[0]))}" if waiting else head
+    return f"{head}; {ranks_text(waiting)} were waiting in {_where(seen.get(waiting[0]))}" if waiting else head
 
 
 def _cause(r: int, raised: dict[int, RankError], failures: dict[int, str], full: bool) -> str:
@@ -194,10 +193,10 @@ def _stopped_line(r: int, culprits: Sequence[int], early: Sequence[int], raised:
     if err is None and "did not finish within the timeout" in failures[r]:
         return _without_own_prefix(failures[r], r)
     if where is None or not (where.current or where.last):
-        return f"stopped: {_ranks_text(who)} ended"
+        return f"stopped: {ranks_text(who)} ended"
     if who and set(who) <= set(early):
-        return f"stopped: {_ranks_text(who)} returned while this rank waited in {_where(where)}"
-    return f"stopped: {_ranks_text(who)} ended during {_where(where)}"
+        return f"stopped: {ranks_text(who)} returned while this rank waited in {_where(where)}"
+    return f"stopped: {ranks_text(who)} ended during {_where(where)}"
 
 
 def _where(seen: activity.Seen | None) -> str:
@@ -228,4 +227,4 @@ def _grouped(texts: dict[int, str]) -> list[tuple[str, list[int]]]:
 
 def _with_ranks(ranks: Sequence[int], text: str) -> str:
     """``ranks: text``, unless the launcher's text names its rank already (``rank 1 ended ...``)."""
-    return f"{_ranks_text(ranks)}: {text}" if not text.startswith("rank ") else text
+    return f"{ranks_text(ranks)}: {text}" if not text.startswith("rank ") else text
