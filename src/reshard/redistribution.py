@@ -402,10 +402,17 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     sub = (lambda m: call.comm) if world else mesh.sub
     mixed = len({is_numpy(x) for x in xs}) > 1  # numpy arrays beside torch tensors: all moved as torch
     parts, gshapes_done, own = [], [], []
+    # a model's tensors repeat a few shapes and layouts: each distinct one is worked out once
+    # (the plans are frozen values, shared by the tensors that have them)
+    learned: dict = {}
+    planned: dict = {}
     for i, (a, x) in enumerate(zip(checked, xs)):
         gshape = a.global_shape
         if gshape is None and shapes_of:
-            gshape = _tensor_global_shape(i, shapes_of[i], a.src, mesh_shape, rule, world)
+            seen = (tuple(shapes_of[i]), a.src)
+            gshape = learned.get(seen)
+            if gshape is None:
+                gshape = learned[seen] = _tensor_global_shape(i, shapes_of[i], a.src, mesh_shape, rule, world)
         gshape = tuple(int(v) for v in (gshape or x.shape))
         gshapes_done.append(gshape)
         size = call.arrays.itemsize(x) if not is_numpy(x) else x.dtype.itemsize
@@ -414,14 +421,19 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
         if a.src == a.dst:
             parts.append(coalesced.Part("same", global_bytes=size))
             continue
-        step = planner.exchange_boxes(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
+        key = (gshape, a.src, a.dst)
+        if key not in planned:
+            planned[key] = planner.exchange_boxes(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
+        step = planned[key]
         if step is not None:
             moved = to_torch(x) if mixed and is_numpy(x) else x  # numpy beside torch moves as torch
             group = (type(moved), str(moved.dtype), tuple(x.shape), a.src, a.dst, gshape)
             parts.append(coalesced.Part("boxes", step=step, global_bytes=size, group=group))
             continue
         own.append(i)
-        plan = planner.redistribute(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
+        plan = planned.get(("plan", key))
+        if plan is None:
+            plan = planned["plan", key] = planner.redistribute(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
         data = _detached(to_torch(x) if torch_arrays and is_numpy(x) else x)
         parts.append(coalesced.Part("own", run=execute.PlanRun(call, data, plan, sub, mesh_shape=mesh_shape),
                                     global_bytes=size))

@@ -166,3 +166,36 @@ def one_placement_list_for_all(comm):
     except rs.ReshardError as exc:
         refused = f"{type(exc).__name__}: {exc}"
     return out, refused
+
+
+def planned_once(comm, cases, copies):
+    """Each of ``cases`` (shape, dtype, src, dst on a world) ``copies`` times in one list call,
+    the planner's functions counted (the real ones run): (how many times each was called, each
+    result equal to numpy's part of the full array)."""
+    from reshard.planning import planner
+
+    calls = {"exchange_boxes": 0, "redistribute": 0}
+    real = {name: getattr(planner, name) for name in calls}
+
+    def counted(name):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real[name](*args, **kwargs)
+        return call
+
+    xs, srcs, dsts, fulls = [], [], [], []
+    for shape, dtype, src, dst in cases * copies:
+        full = pattern(shape, dtype)
+        xs.append(np.ascontiguousarray(rs.local_shard(full, src, comm.rank, comm.size)))
+        srcs.append(src)
+        dsts.append(dst)
+        fulls.append(full)
+    try:
+        for name in calls:
+            setattr(planner, name, counted(name))
+        ys = rs.redistribute(xs, srcs, dsts)
+    finally:
+        for name, fn in real.items():
+            setattr(planner, name, fn)
+    same = [np.array_equal(y, rs.local_shard(f, d, comm.rank, comm.size)) for y, f, d in zip(ys, fulls, dsts)]
+    return calls, same

@@ -141,3 +141,15 @@ def test_one_layout_for_all_may_be_a_list_of_placements_one_per_mesh_dim():
     for out, refused in rs.spawn(many_rank.one_placement_list_for_all, 4, timeout=300):
         assert len(out) == 10 and all(all(flags) for flags in out), out
         assert refused.startswith("InvalidArgument") and "list of 3 layouts for 2 tensors" in refused, refused
+
+
+def test_tensors_of_one_shape_and_layout_are_planned_once():
+    # a model's parameters repeat a few shapes: the list's first call plans each distinct
+    # (global shape, src, dst) once, whatever the dtype, however many tensors have it
+    cases = [((8, 6), "float32", S(0), S(1)), ((8, 6), "float64", S(0), S(1)), ((6, 4), "int32", S(0), S(1)),
+             ((9,), "float32", S(0), R()), ((6, 5), "float64", P(), S(0)), ((4, 4), "float32", S(1), S(1))]
+    results = rs.spawn(many_rank.planned_once, 2, args=(cases, 25), timeout=300)
+    for r, (calls, same) in enumerate(results):
+        assert len(same) == 150 and all(same), (r, [k for k, ok in enumerate(same) if not ok])
+        # (8, 6), (6, 4), (9,) and the Partial's (which the exchange cannot take); the unchanged none
+        assert calls == {"exchange_boxes": 4, "redistribute": 1}, (r, calls)
