@@ -348,7 +348,7 @@ def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh
 def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mesh: Mesh | None, rule: str) -> list:
     """A many-tensor call's full path: validate every tensor, agree once, learn the global
     shapes, plan each tensor's part, run the program, keep it for the replays."""
-    from .execution import autograd, coalesced
+    from .execution import coalesced  # autograd (torch) only where a tensor is on the tape
     from .execution.arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
 
     world = mesh is None
@@ -469,6 +469,8 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
             if is_numpy(x) and not is_numpy(out):
                 out = out.numpy()
             elif taped and x.requires_grad:
+                from .execution import autograd
+
                 out = autograd.attach(x, out, _reverse(k.comm, mesh, backs[i], gshapes_done[i], rule, world))
             results.append(out)
         return results

@@ -199,3 +199,27 @@ def planned_once(comm, cases, copies):
             setattr(planner, name, fn)
     same = [np.array_equal(y, rs.local_shard(f, d, comm.rank, comm.size)) for y, f, d in zip(ys, fulls, dsts)]
     return calls, same
+
+
+def lists_without_torch(comm):
+    """Lists of numpy arrays where torch cannot be imported: on the world (first call, replay,
+    a started call, a Partial among them) and on a 1x2 mesh. (each result equal to numpy's
+    part of the full array, whether torch was loaded)."""
+    import sys
+
+    S, R, P = rs.Shard, rs.Replicate, rs.Partial
+    cases = [((8, 6), "float32", S(0), S(1)), ((5, 3), "int64", S(1), R()), ((6, 4), "float64", P(), S(0))]
+    fulls = [pattern(shape, dtype) for shape, dtype, _, _ in cases]
+    xs = [np.ascontiguousarray(rs.local_shard(f, src, comm.rank, comm.size)) for f, (_, _, src, _) in zip(fulls, cases)]
+    srcs, dsts = [c[2] for c in cases], [c[3] for c in cases]
+    # a Partial's local_shard is the whole array on rank 0 and zeros elsewhere: the sum is the array
+    wants = [rs.local_shard(f, d, comm.rank, comm.size) for f, d in zip(fulls, dsts)]
+    same = []
+    for started in (False, False, True):
+        ys = rs.redistribute(xs, srcs, dsts, async_op=started)
+        ys = ys.wait() if started else ys
+        same += [np.array_equal(y, w) for y, w in zip(ys, wants)]
+    mesh = rs.Mesh((1, comm.size), comm=comm)
+    ys = rs.redistribute(xs[:2], [(R(), S(0)), (R(), S(1))], [(R(), S(1)), (R(), R())], mesh=mesh)
+    same += [np.array_equal(ys[0], wants[0]), np.array_equal(ys[1], fulls[1])]
+    return same, "torch" in sys.modules

@@ -5,6 +5,8 @@ DTensors and bad input behave as for one tensor."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -153,3 +155,14 @@ def test_tensors_of_one_shape_and_layout_are_planned_once():
         assert len(same) == 150 and all(same), (r, [k for k, ok in enumerate(same) if not ok])
         # (8, 6), (6, 4), (9,) and the Partial's (which the exchange cannot take); the unchanged none
         assert calls == {"exchange_boxes": 4, "redistribute": 1}, (r, calls)
+
+
+def test_a_list_of_numpy_arrays_needs_no_torch(monkeypatch):
+    # an install without torch runs on MPI: a list's first call, replay, started call and mesh
+    # change must not import it (a Partial's own steps included)
+    blocked = os.path.join(os.path.dirname(os.path.dirname(__file__)), "helpers", "no_torch")
+    monkeypatch.setenv("PYTHONPATH", blocked + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    results = rs.spawn(many_rank.lists_without_torch, 2, engine="mpi", timeout=300)
+    for r, (same, torch_loaded) in enumerate(results):
+        assert len(same) == 11 and all(same), (r, same)
+        assert not torch_loaded, r
