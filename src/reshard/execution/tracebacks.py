@@ -28,7 +28,7 @@ def _dirs(*keys: str) -> tuple[str, ...]:
     return tuple({os.path.abspath(p) + os.sep for p in (sysconfig.get_paths().get(k) for k in keys) if p})
 
 
-_STDLIB_DIRS, _PACKAGES_DIRS = _dirs("stdlib", "platstdlib"), _dirs("purelib", "platlib")  # the latter may lie inside
+STDLIB_DIRS, PACKAGES_DIRS = _dirs("stdlib", "platstdlib"), _dirs("purelib", "platlib")  # the latter may lie inside
 _RERAISE_KEEPS_TRACEBACK = sys.version_info >= (3, 11)  # a bare raise re-raises the exception's own __traceback__
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,7 +44,7 @@ def without_reshard_frames(tb: types.TracebackType | None) -> types.TracebackTyp
     kept = []
     while tb is not None:
         filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        stdlib = filename.startswith(_STDLIB_DIRS) and not filename.startswith(_PACKAGES_DIRS)
+        stdlib = filename.startswith(STDLIB_DIRS) and not filename.startswith(PACKAGES_DIRS)
         if not filename.startswith(PACKAGE_DIR) and not stdlib:
             kept.append(tb)
         tb = tb.tb_next

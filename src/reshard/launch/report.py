@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sysconfig
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,12 +18,9 @@ from dataclasses import dataclass, field
 from .. import errors, settings
 from ..errors import CommTimeout, RankFailed, ReshardError, on_every_rank, ranks_text
 from ..execution import activity
-from ..execution.tracebacks import is_reshard_frame
+from ..execution.tracebacks import PACKAGES_DIRS, STDLIB_DIRS, is_reshard_frame
 
-_LIBRARIES = tuple(
-    os.path.abspath(p) + os.sep
-    for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} if p
-)
+_LIBRARIES = STDLIB_DIRS + PACKAGES_DIRS
 
 
 @dataclass(frozen=True)
