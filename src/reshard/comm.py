@@ -10,7 +10,7 @@ import weakref
 from typing import Any
 
 from . import settings
-from .engines.available import ENGINES, default_engine, missing_for, nccl_missing
+from .engines.available import ENGINES, default_engine, unusable
 from .errors import InvalidArgument, MissingDependency
 from .execution import handles
 from .execution.buffers import release_buffers
@@ -282,7 +282,7 @@ def init(engine: str | None = None, timeout: float | None = None, check: bool = 
     if engine is None and found is None:  # a lone process: gloo where torch is installed, else MPI
         engine = default_engine()[0]
     wanted = engine or ("mpi" if found is not None and found[0] == "mpi" else "gloo")
-    missing = missing_for(wanted) or (nccl_missing() if wanted == "nccl" else None)
+    missing = unusable(wanted)
     if missing is not None:
         raise MissingDependency(missing)
     if wanted == "mpi":

@@ -29,9 +29,14 @@ def missing_for(engine: str) -> str | None:
     return f"engine {engine!r} needs {module}, which is not installed: {how}"
 
 
-def nccl_missing() -> str | None:
-    """Why NCCL cannot run here though torch is installed (a torch build without it), or None.
-    Imports torch."""
+def unusable(engine: str) -> str | None:
+    """Why ``engine`` cannot start here, or None: its library is not installed, or (NCCL) the
+    installed torch is a build without it (which imports torch)."""
+    return missing_for(engine) or (_nccl_missing() if engine == "nccl" else None)
+
+
+def _nccl_missing() -> str | None:
+    """Why NCCL cannot run here though torch is installed (a torch build without it), or None."""
     import torch
     import torch.distributed as dist
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .. import settings
-from ..engines.available import ENGINES, default_engine, missing_for, nccl_missing
+from ..engines.available import ENGINES, default_engine, unusable
 from ..errors import InvalidArgument, MissingDependency
 from ..execution import activity
 from ..execution.tracebacks import public_call
@@ -77,7 +77,7 @@ def spawn(
             warnings.warn(f"rs.spawn: {note}", UserWarning, stacklevel=3)  # the caller of public_call's wrapper
     if engine not in ENGINES:
         raise InvalidArgument(f"engine must be one of {ENGINES}, got {engine!r}")
-    missing = missing_for(engine) or (nccl_missing() if engine == "nccl" else None)
+    missing = unusable(engine)
     if missing is not None:
         raise MissingDependency(missing)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
