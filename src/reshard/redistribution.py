@@ -404,8 +404,9 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
     parts, gshapes_done, own = [], [], []
     # a model's tensors repeat a few shapes and layouts: each distinct one is worked out once
     # (the plans are frozen values, shared by the tensors that have them)
-    learned: dict = {}
-    planned: dict = {}
+    learned: dict = {}  # (the ranks' shapes, src) -> global shape
+    steps: dict = {}  # (global shape, src, dst) -> its exchange of boxes, or None
+    plans: dict = {}  # (global shape, src, dst) -> its own plan, where the exchange cannot take it
     for i, (a, x) in enumerate(zip(checked, xs)):
         gshape = a.global_shape
         if gshape is None and shapes_of:
@@ -422,18 +423,18 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
             parts.append(coalesced.Part("same", global_bytes=size))
             continue
         key = (gshape, a.src, a.dst)
-        if key not in planned:
-            planned[key] = planner.exchange_boxes(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
-        step = planned[key]
+        if key not in steps:
+            steps[key] = planner.exchange_boxes(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
+        step = steps[key]
         if step is not None:
             moved = to_torch(x) if mixed and is_numpy(x) else x  # numpy beside torch moves as torch
             group = (type(moved), str(moved.dtype), tuple(x.shape), a.src, a.dst, gshape)
             parts.append(coalesced.Part("boxes", step=step, global_bytes=size, group=group))
             continue
         own.append(i)
-        plan = planned.get(("plan", key))
+        plan = plans.get(key)
         if plan is None:
-            plan = planned["plan", key] = planner.redistribute(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
+            plan = plans[key] = planner.redistribute(gshape, a.src, a.dst, mesh_shape, call.rank, rule)
         data = _detached(to_torch(x) if torch_arrays and is_numpy(x) else x)
         parts.append(coalesced.Part("own", run=execute.PlanRun(call, data, plan, sub, mesh_shape=mesh_shape),
                                     global_bytes=size))
