@@ -364,7 +364,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.ranks = math.prod(args.mesh)
     unknown = [m for m in methods if m not in BENCH_METHODS_ALL]
     if unknown or not methods:
-        print(f"reshard bench: unknown method(s) {unknown}; choose from {', '.join(BENCH_METHODS_ALL)}", file=sys.stderr)
+        what = f"unknown method(s) {', '.join(unknown)}" if unknown else "--methods names no method"
+        print(f"reshard bench: {what}; choose from {', '.join(BENCH_METHODS_ALL)}", file=sys.stderr)
         return 2
     mesh = tuple(args.mesh) if args.mesh else None
     skipped = {m: why for m in methods if (why := bench.method_unavailable(m, args.op, args.engine, args.ranks, mesh))}

@@ -83,6 +83,12 @@ def test_bench_rejects_bad_options():
     assert reshard_cli("bench", "--op", "moe", "--ranks", "3").returncode == 2
 
 
+def test_bench_says_an_empty_method_list_names_no_method():
+    run = reshard_cli("bench", "--methods", " , ")
+    assert run.returncode == 2
+    assert "--methods names no method" in run.stderr and "[]" not in run.stderr
+
+
 @pytest.mark.parametrize("engine, extra", [("gloo", ()), pytest.param("mpi", (), marks=pytest.mark.skipif(
     not HAVE_MPI, reason="mpi4py is not installed")), pytest.param("mpi", ("--numpy",), marks=pytest.mark.skipif(
     not HAVE_MPI, reason="mpi4py is not installed"))])
