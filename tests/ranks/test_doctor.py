@@ -128,6 +128,9 @@ def test_the_shared_arena_is_tried_and_its_settings_shown():
             assert huge["huge_pages"] == (choice not in ("never", "deny"))
         text = doctor("--no-color", env={"COLUMNS": "200"}).stdout
         assert "huge pages" in text and ("yes, for the arena" in text) == huge["huge_pages"], text
+        sized = doctor("--no-color", env={"COLUMNS": "200", "RESHARD_ARENA_BYTES": "1048576",
+                                          "RESHARD_ARENA_MIN_BYTES": "4096"}).stdout
+        assert "results of 4 KiB per rank and up" in sized and "(cap 1 MiB)" in sized, sized
     code, report = doctor_json(env={"RESHARD_ARENA": "0"})
     assert report["shared_arena"] == {"available": False, "why": "RESHARD_ARENA=0 turns it off"}
 

@@ -23,6 +23,7 @@ from .. import settings
 from ..engines.available import ENGINES, installed, missing_for
 from ..errors import ReshardError, ranks_text
 from ..version import VERSION
+from ..viz.text import human_bytes
 
 MPI_PROBE = ("import mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; "
              "from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), '').strip().splitlines()[0].strip())")
@@ -334,10 +335,11 @@ def _render(console: Any, report: dict[str, Any]) -> None:
     table("Engines", [(name, "works" if e["works"] else f"no: {e['why']}") for name, e in report["engines"].items()])
     shm, launch, font, arena = report["shared_memory"], report["launcher"], report["cjk_font"], report["shared_arena"]
     table("This host", [
-        ("shared memory", f"yes, for messages of {shm['min_bytes']:,} B and up, notes {shm['notes']}" if shm["available"]
+        ("shared memory", f"yes, for messages of {human_bytes(shm['min_bytes'])} and up, notes {shm['notes']}"
+         if shm["available"]
          else f"no: {shm['why']}"),
-        ("shared arena", f"yes: results of {arena['min_bytes']:,} B per rank and up, peers read them in place "
-         f"(cap {arena['cap_bytes']:,} B)" if arena["available"] else f"no: {arena['why']}"),
+        ("shared arena", f"yes: results of {human_bytes(arena['min_bytes'])} per rank and up, peers read them in "
+         f"place (cap {human_bytes(arena['cap_bytes'])})" if arena["available"] else f"no: {arena['why']}"),
         *([("huge pages", f"yes, for the arena and outboxes ({arena['huge_pages_why']})" if arena["huge_pages"]
             else f"no: {arena['huge_pages_why']} (as root: echo advise > "
                  "/sys/kernel/mm/transparent_hugepage/shmem_enabled)")] if arena["available"] else []),
