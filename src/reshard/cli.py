@@ -169,10 +169,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console = make_console(args.no_color)
     if args.mesh:
         return _demo_mesh(args, console)
-    args.src, args.dst = placement(args.src or "row", "--src"), placement(args.dst or "col", "--dst")
     if len(args.shape) != 2:
         console.print(say("cli.error", args.lang, error=f"demo draws a matrix: --shape needs two sizes, got {len(args.shape)}"))
         return 2
+    args.src, args.dst = placement(args.src or "row", "--src", 2), placement(args.dst or "col", "--dst", 2)
     for p in (args.src, args.dst):
         if isinstance(p, Shard) and p.dim not in (0, 1, -1, -2):
             console.print(say("cli.error", args.lang, error=f"{p!r} does not exist for a matrix (use Shard(0) or Shard(1))"))
@@ -197,8 +197,8 @@ def _demo_mesh(args: argparse.Namespace, console) -> int:
         console.print(say("cli.error", args.lang, error="demo draws a matrix: --shape needs two sizes"))
         return 2
     n = len(args.mesh)
-    src = mesh_placements(args.src, "--src", n) if args.src else (Shard(0),) + tuple(Shard(1) for _ in range(n - 1))
-    dst = mesh_placements(args.dst, "--dst", n) if args.dst else tuple(reversed(src))
+    src = mesh_placements(args.src, "--src", n, 2) if args.src else (Shard(0),) + tuple(Shard(1) for _ in range(n - 1))
+    dst = mesh_placements(args.dst, "--dst", n, 2) if args.dst else tuple(reversed(src))
     if any(isinstance(p, Shard) and p.dim not in (0, 1) for p in (*src, *dst)):
         console.print(say("cli.error", args.lang, error="a matrix has dims 0 and 1: use Shard(0) or Shard(1)"))
         return 2
@@ -360,7 +360,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         import math
 
         for text, option in ((args.src, "--src"), (args.dst, "--dst")):  # refused here, before any rank starts
-            mesh_placements(text, option, len(args.mesh))
+            if any(isinstance(p, Shard) and p.dim not in (0, 1, -1, -2) for p in mesh_placements(text, option, len(args.mesh), 2)):
+                print(f"reshard bench: {option} {text}: the benchmark's matrix has dims 0 and 1: use Shard(0) or Shard(1)",
+                      file=sys.stderr)
+                return 2
         args.ranks = math.prod(args.mesh)
     unknown = [m for m in methods if m not in BENCH_METHODS_ALL]
     if unknown or not methods:

@@ -27,6 +27,7 @@ from .planning.layout import (
     Placement,
     Shard,
     check_int,
+    check_spec_dims,
     global_shape_of,
     mesh_region,
     normalize_dim,
@@ -173,6 +174,7 @@ def _layout_of(placements: Any, ndim: int, mesh_shape: Sequence[int], name: str,
                names: Sequence[str] | None = None) -> tuple[Placement, ...]:
     """``placements`` (``src`` or ``dst``; a ``Spec`` by mesh dim number, or by ``names``) as
     one Shard (dim counted from the front) or Replicate per mesh dim, split orders kept."""
+    check_spec_dims(placements, ndim, name)
     layout = parse_placements(placements, len(mesh_shape), names)
     if len(layout) != len(mesh_shape):
         raise InvalidArgument(f"{name} {list(layout)} needs one placement per mesh dim ({len(mesh_shape)})")

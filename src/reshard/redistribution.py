@@ -190,7 +190,7 @@ def redistribute_dtensor(x: Any, given_src: Any, dst: Any, check: bool | None) -
                 f"rank {mesh[1].comm.rank}: redistribute: src={shown} contradicts the DTensor's own placements "
                 f"{layout_text(src)}; leave src out (a DTensor carries its layout) or pass its placements"))
     try:
-        d_pl = dtensor_placements(dst, mesh_shape, names)
+        d_pl = dtensor_placements(dst, mesh_shape, names, x.ndim)
     except ReshardError as exc:
         refuse("redistribute", x.to_local(), mesh[1].comm, check, exc)
     out = redistribute(x.to_local(), src, d_pl, None, mesh[1], tuple(x.shape), check, rule="chunk")
@@ -226,9 +226,8 @@ def torch_placements(layout: Any, mesh_shape: tuple[int, ...]) -> list:
 
 
 def redistribute_dtensors(xs: list, given_src: Any, dst: Any, check: bool | None) -> list:
-    """A list of DTensors on one device mesh, changed in one call (``redistribute_many``) with
-    DTensor's split rule; a list of DTensors out. ``given_src`` (None: not given) must be their
-    own placements."""
+    """A list of DTensors on one device mesh changed in one call (``redistribute_many``, DTensor's
+    split rule), a list of DTensors out; ``given_src`` (None: not given) must be their own placements."""
     from torch.distributed.tensor import DTensor
 
     first = xs[0].device_mesh
@@ -241,7 +240,8 @@ def redistribute_dtensors(xs: list, given_src: Any, dst: Any, check: bool | None
     mesh_shape = tuple(mesh.shape)
     try:
         srcs = [_dtensor_layout(x, mesh_shape) for x in xs]
-        dsts = [dtensor_placements(d, mesh_shape, mesh.names) for d in _each("dst", dst, len(xs), len(mesh_shape))]
+        dsts = [dtensor_placements(d, mesh_shape, mesh.names, x.ndim, f"tensor {i}: dst")
+                for i, (x, d) in enumerate(zip(xs, _each("dst", dst, len(xs), len(mesh_shape))))]
         if given_src is not None:
             for i, (said, own) in enumerate(zip(_each("src", given_src, len(xs), len(mesh_shape)), srcs)):
                 if dtensor_placements(said, mesh_shape, mesh.names) != own:

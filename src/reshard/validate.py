@@ -22,6 +22,7 @@ from .planning.layout import (
     Placement,
     Shard,
     check_int,
+    check_spec_dims,
     mesh_region,
     normalize_dim,
     normalize_placements,
@@ -183,6 +184,8 @@ def redistribute(x: Array, src: Any, dst: Any, mesh_shape: Sequence[int], coord:
     nd = x.ndim
     if nd == 0 and any(isinstance(p, Shard) for p in (*s_pl, *d_pl)):
         raise InvalidArgument("x is 0-d; this op names a dim, so it needs at least one dim")
+    check_spec_dims(src, nd, "src")
+    check_spec_dims(dst, nd, "dst")
     s_pl = normalize_placements(s_pl, nd, "src Shard dim")
     d_pl = normalize_placements(d_pl, nd, "dst Shard dim")
     for m, (a, b) in enumerate(zip(s_pl, d_pl)):

@@ -74,6 +74,8 @@ def many_bad(comm, case):
         xs[2] = xs[2].astype(np.float64)
     if case == "bad dim on rank 0":
         dst = [rs.Shard(1), rs.Shard(5) if comm.rank == 0 else rs.Shard(1), rs.Shard(1)]
+    if case == "Spec past the dims on rank 2":
+        dst = [rs.Shard(1), rs.Shard(1), rs.Spec(None, None, 0) if comm.rank == 2 else rs.Shard(1)]
     if case == "count on rank 1" and comm.rank == 1:
         xs = xs[:2]
     if case == "one tensor on rank 1" and comm.rank == 1:

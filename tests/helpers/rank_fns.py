@@ -851,6 +851,26 @@ def dtensor_given_src(comm, src_by_rank):
     return "ok", out.to_local().numpy()
 
 
+def dtensor_spec_past_dims(comm):
+    """A Spec that splits a dim the DTensor lacks, as dst of one DTensor and of the second of a
+    list: each call's error class and message on this rank."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    device_mesh = init_device_mesh("cpu", (2, 2))
+    dt = distribute_tensor(torch.zeros(4, 6), device_mesh, [Shard(0), Shard(1)])
+    out = []
+    for call in (lambda: rs.redistribute(dt, dst=rs.Spec(None, None, (0, 1))),
+                 lambda: rs.redistribute([dt, dt], dst=[rs.Spec(0), rs.Spec(None, None, (1, 0))])):
+        try:
+            call()
+            out.append(("ok", ""))
+        except rs.ReshardError as exc:
+            out.append((type(exc).__name__, str(exc)))
+    return out
+
+
 def warnings_from_read_only_inputs(comm):
     """Every collective (and MoE's dispatch and combine) on read-only numpy inputs, twice each
     (first call and replay): the warnings raised meanwhile, as text."""

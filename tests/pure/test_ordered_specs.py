@@ -108,6 +108,20 @@ def test_a_bad_spec_says_what_is_wrong(bad, words):
         bad()
 
 
+@pytest.mark.parametrize("call,name,written,dim", [
+    (lambda x: rs.local_shard(x, Spec(None, None, 0), 1, 2), "placement", "Spec(None, None, 0)", 2),
+    (lambda x: rs.local_shard(x, "Spec(None, None, (1, 0))", (0, 1), (2, 2)), "placements", "Spec(None, None, (1, 0))", 2),
+    (lambda x: rs.mesh_plan(x.shape, "S(0),R", Spec(None, None, (0, 1)), (2, 2)), "dst", "Spec(None, None, (0, 1))", 2),
+    (lambda x: rs.plan.make_plan(x.shape, "Spec(None, None, 0)", "col", 4), "src", "Spec(None, None, 0)", 2),
+    (lambda x: rs.fft.output_layout(x.shape, (2, 2), Spec(None, 0, None, 1)), "src", "Spec(None, 0, None, 1)", 3),
+])
+def test_a_spec_past_the_tensors_dims_is_named_as_written(call, name, written, dim):
+    """Resolved, such a Spec is only a Shard of a dim the tensor lacks: the error names the Spec."""
+    with pytest.raises(rs.InvalidArgument) as caught:
+        call(np.zeros((8, 6)))
+    assert str(caught.value) == f"{name} {written} splits tensor dim {dim}, but the tensor is 2-d (dims 0..1)"
+
+
 def _entries(data, ndim, mesh_ndim):
     where = [data.draw(st.sampled_from([None, *range(ndim)])) for _ in range(mesh_ndim)]
     partial = [m for m, d in enumerate(where) if d is None and data.draw(st.booleans())]

@@ -129,6 +129,17 @@ def test_bench_on_a_mesh_gives_dtensor_an_ordered_layout_as_its_strided_shards(t
     assert rows["dtensor"]["sent_bytes"] > 0  # the two orders differ: it is not the same layout
 
 
+def test_bench_on_a_mesh_resolves_a_spec_on_that_mesh_even_where_it_names_fewer_mesh_dims(tmp_path):
+    """``Spec(0)`` on a 2x2 mesh is (Shard(0), Replicate()), not a layout of a 1-D mesh."""
+    out = tmp_path / "m.json"
+    run = reshard_cli("bench", "--mesh", "2x2", "--src", "Spec(0)", "--dst", "Spec(None, 1)", "--sizes", "64K",
+                      "--iters", "1", "--warmup", "1", "--json", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"reshard", "reshard-nocheck", "dtensor"}
+    assert all(r["wrong"] == 0 for r in rows.values()), {m: r["wrong"] for m, r in rows.items()}
+
+
 def test_bench_overlap_times_started_calls_and_the_moe_pipeline(tmp_path):
     out, png = tmp_path / "o.json", tmp_path / "step.png"
     run = reshard_cli("bench", "--overlap", "--ranks", "2", "--sizes", "64K", "--iters", "1", "--json", str(out),

@@ -330,6 +330,16 @@ def test_plan_and_demo_list_no_piece_that_holds_nothing():
      "--src has 2 placements for a 3-d mesh"),
     (("demo", "--mesh", "2x2", "--src", "S(0),S(x)", "--dst", "S(1),S(0)"), "--src: cannot read placement 'S(x)'"),
     (("bench", "--mesh", "2x2", "--src", "S(0),S(1)", "--dst", "S(1)"), "--dst has 1 placement for a 2-d mesh"),
+    (("bench", "--mesh", "2x2", "--src", "S(2),R", "--dst", "S(1),S(0)"),
+     "--src S(2),R: the benchmark's matrix has dims 0 and 1"),
+    (("bench", "--mesh", "2x2", "--src", "S(0),R", "--dst", "Spec(None, None, 1)"),
+     "--dst Spec(None, None, 1) splits tensor dim 2, but the tensor is 2-d (dims 0..1)"),
+    (("plan", "--shape", "8x6", "--mesh", "2x2", "--src", "Spec(None, None, (1, 0))", "--dst", "S(1),R"),
+     "--src Spec(None, None, (1, 0)) splits tensor dim 2, but the tensor is 2-d (dims 0..1)"),
+    (("plan", "--shape", "4x4x2,8x6", "--ranks", "4", "--src", "Spec(None, None, 0)", "--dst", "S(1)"),
+     "tensor 1 (8x6): --src Spec(None, None, 0) splits tensor dim 2, but the tensor is 2-d (dims 0..1)"),
+    (("demo", "--mesh", "2x2", "--src", "S(0),R", "--dst", "Spec(None, None, 0)"),
+     "--dst Spec(None, None, 0) splits tensor dim 2, but the tensor is 2-d (dims 0..1)"),
 ])
 def test_a_bad_mesh_placement_is_named_by_its_option_before_any_rank_starts(command, said):
     run = reshard_cli(*command)

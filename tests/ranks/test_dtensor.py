@@ -41,6 +41,14 @@ def test_a_src_equal_to_the_dtensor_placements_is_taken():
         assert kind == "ok" and np.array_equal(local, full[:, 2 * rank : 2 * rank + 2])
 
 
+def test_a_spec_past_a_dtensors_dims_is_named_as_written_on_every_rank():
+    for rank, (one, many) in enumerate(rs.spawn(rank_fns.dtensor_spec_past_dims, 4, timeout=120)):
+        assert one == ("InvalidArgument", f"rank {rank}: redistribute: dst Spec(None, None, (0, 1)) splits tensor dim 2, "
+                                          "but the tensor is 2-d (dims 0..1)"), one
+        assert many == ("InvalidArgument", f"rank {rank}: redistribute: tensor 1: dst Spec(None, None, (1, 0)) splits "
+                                           "tensor dim 2, but the tensor is 2-d (dims 0..1)"), many
+
+
 @pytest.mark.parametrize("shape", [(8, 6), (7, 5)])
 def test_a_dtensor_split_in_another_order_comes_in_and_goes_out_as_dtensor_has_it(shape):
     pytest.importorskip("torch.distributed.tensor.placement_types", reason="torch without _StridedShard")

@@ -98,6 +98,8 @@ def test_gradients_and_started_calls_as_for_one_tensor():
     ("global_shape differs on one rank", "MismatchError", "tensor 1: global_shape differs across ranks: ranks 0, 1: [12, 6]; "
                                                 "rank 2: [13, 6]"),
     ("bad dim on rank 0", "InvalidArgument", "tensor 1"),
+    ("Spec past the dims on rank 2", "InvalidArgument",
+     "tensor 2: dst Spec(None, None, 0) splits tensor dim 2, but the tensor is 2-d (dims 0..1)"),
     ("count on rank 1", "MismatchError", "input differs across ranks: ranks 0, 2: a list of 3 tensors; rank 1: a list of 2"),
     ("one tensor on rank 1", "MismatchError", "input differs across ranks: ranks 0, 2: a list of 3 tensors; rank 1: one tensor"),
     ("empty list on rank 1", "MismatchError", "ranks 0, 2: a list of 3 tensors; rank 1: an empty list"),

@@ -303,8 +303,9 @@ def bench_rank(comm: Any, config: dict) -> dict:
             from ..planning.layout import parse_placements
             from .mesh import mesh_methods
 
-            table, sent = mesh_methods(case, size, methods, tuple(config["mesh"]), parse_placements(config["src"]),
-                                       parse_placements(config["dst"]))
+            mesh_shape = tuple(config["mesh"])  # a Spec resolves on it, not on the fewest mesh dims it names
+            table, sent = mesh_methods(case, size, methods, mesh_shape, parse_placements(config["src"], len(mesh_shape)),
+                                       parse_placements(config["dst"], len(mesh_shape)))
         elif op in ("all_to_all", "redistribute"):
             table = _layout_methods(case, size, methods)
         elif op == "moe":

@@ -31,7 +31,7 @@ from .spec import (
 
 __all__ = [  # the placements and layouts are read from here too
     "REDUCE_OPS", "Partial", "Placement", "Replicate", "Shard", "check_int", "normalize_dim", "Layout", "Spec",
-    "map_placements", "normalize_placements", "orders_of", "split_by", "spec_of", "with_order",
+    "check_spec_dims", "map_placements", "normalize_placements", "orders_of", "split_by", "spec_of", "with_order",
 ]
 
 def shard_sizes(length: int, parts: int) -> list[int]:
@@ -157,6 +157,20 @@ def _spec_text(spec: Any) -> bool:
     return isinstance(spec, str) and spec.lstrip()[:5].lower() == "spec("
 
 
+def check_spec_dims(value: Any, ndim: int, name: str) -> None:
+    """Refuse a ``Spec`` (object or text) that splits a tensor dim the tensor lacks, naming the
+    Spec as written: once resolved, only the ``Shard`` it became could be named. Text that is no
+    Spec passes: reading it as a layout names what is wrong, where it is read."""
+    try:
+        spec = parse_spec(value) if _spec_text(value) else value
+    except InvalidArgument:
+        return
+    if isinstance(spec, Spec) and len(spec.entries) > ndim:
+        dims = f" (dims 0..{ndim - 1})" if ndim else ""
+        raise InvalidArgument(f"{name} {spec!r} splits tensor dim {len(spec.entries) - 1}, "
+                              f"but the tensor is {ndim}-d{dims}")
+
+
 def _unwrapped(text: str) -> str:
     """``text`` without brackets around the whole of it: ``(Shard(0), Shard(1))`` as printed,
     or ``[S(0), S(1)]``, reads as ``Shard(0), Shard(1)``."""
@@ -218,9 +232,13 @@ def _strided(p: Any) -> bool:
     return type(p).__name__ == "_StridedShard" and type(p).__module__.startswith("torch.")
 
 
-def dtensor_placements(value: Any, mesh_shape: tuple[int, ...], names: Sequence[str]) -> tuple:
+def dtensor_placements(value: Any, mesh_shape: tuple[int, ...], names: Sequence[str], ndim: int | None = None,
+                       name: str = "dst") -> tuple:
     """A layout given for a DTensor: ours (placements, a Spec, text) or DTensor's own placements,
-    ``_StridedShard`` included (as a DTensor's ``placements`` reads)."""
+    ``_StridedShard`` included (as a DTensor's ``placements`` reads); ``ndim``: the tensor's
+    dims, which a Spec (called ``name`` in errors) may not pass."""
+    if ndim is not None:
+        check_spec_dims(value, ndim, name)
     if isinstance(value, (list, tuple)) and any(map(_strided, value)):
         if len(value) != len(mesh_shape):
             raise InvalidArgument(f"placements must be a sequence with one placement per mesh dim "
@@ -322,6 +340,7 @@ def local_shard(full: Any, placement: Any, rank: Any, size: Any) -> Any:
     size = check_int("size", size)
     if size < 1 or not 0 <= rank < size:
         raise InvalidArgument(f"rank must be in [0, size), got rank={rank}, size={size}")
+    check_spec_dims(placement, full.ndim, "placement")
     placement = parse_placement(placement)
     if isinstance(placement, Shard):
         d = normalize_dim(placement.dim, full.ndim, "Shard.dim")
@@ -338,6 +357,7 @@ def _local_shard_mesh(full: Any, placements: Any, coord: Any, mesh_shape: Any) -
         mesh_shape = tuple(check_int(f"mesh_shape[{i}]", s) for i, s in enumerate(mesh_shape))
     except TypeError:
         raise InvalidArgument(f"on a mesh, coord and mesh_shape are sequences, got {coord!r} and {mesh_shape!r}") from None
+    check_spec_dims(placements, full.ndim, "placements")
     placements = parse_placements(placements, len(mesh_shape))
     if not len(placements) == len(coord) == len(mesh_shape):
         raise InvalidArgument(f"{len(placements)} placements, coordinate {list(coord)} and mesh shape {list(mesh_shape)} "

@@ -26,6 +26,7 @@ from .layout import (
     Replicate,
     Shard,
     check_int,
+    check_spec_dims,
     mesh_region,
     normalize_placements,
     orders_of,
@@ -90,6 +91,7 @@ def _pieces(length: int, placements: Sequence[Placement], dim: int, mesh_shape: 
 
 
 def _normalize(placements: Sequence[Placement], ndim: int, mesh_ndim: int, name: str) -> tuple[Placement, ...]:
+    check_spec_dims(placements, ndim, name)
     placements = parse_placements(placements, mesh_ndim)  # a Spec or text as its placements
     if len(placements) != mesh_ndim:
         count = len(placements)
@@ -470,10 +472,13 @@ def mesh_plan(global_shape: Sequence[int], src: Any, dst: Any, mesh_shape: Seque
     mesh = tuple(check_int("mesh_shape", v) for v in mesh_shape)
     if not mesh or min(mesh) < 1:
         raise InvalidArgument(f"mesh_shape needs at least one dim, each at least 1, got {mesh}")
+    shape = check_shape(global_shape)
+    check_spec_dims(src, len(shape), "src")
+    check_spec_dims(dst, len(shape), "dst")
     if isinstance(src, str):
         src = parse_placements(src, len(mesh))
     if isinstance(dst, str):
         dst = parse_placements(dst, len(mesh))
-    report = plan_summary(check_shape(global_shape), src, dst, mesh, itemsize if itemsize is not None else ITEMSIZE[dtype])
+    report = plan_summary(shape, src, dst, mesh, itemsize if itemsize is not None else ITEMSIZE[dtype])
     report["dtype"] = dtype
     return report

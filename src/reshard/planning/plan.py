@@ -21,6 +21,7 @@ from .layout import (
     Replicate,
     Shard,
     check_int,
+    check_spec_dims,
     local_region,
     normalize_dim,
     offsets,
@@ -271,10 +272,10 @@ def check_shape(global_shape: Sequence[int]) -> tuple[int, ...]:
     return shape
 
 
-def _normalize(p: Placement, ndim: int, name: str) -> Placement:
-    if isinstance(p, Shard):
-        return Shard(normalize_dim(p.dim, ndim, f"{name} Shard dim"))
-    return p
+def _normalize(value: Placement | str, ndim: int, name: str) -> Placement:
+    check_spec_dims(value, ndim, name)
+    p = parse_placement(value)
+    return Shard(normalize_dim(p.dim, ndim, f"{name} Shard dim")) if isinstance(p, Shard) else p
 
 
 def make_plan(
@@ -294,8 +295,8 @@ def make_plan(
         raise InvalidArgument(f"size must be >= 1, got {size}")
     if itemsize is None and dtype not in ITEMSIZE:
         raise InvalidArgument(f"unknown dtype {dtype!r}; known: {', '.join(ITEMSIZE)}")
-    src_p = _normalize(parse_placement(src), len(shape), "src")
-    dst_p = _normalize(parse_placement(dst), len(shape), "dst")
+    src_p = _normalize(src, len(shape), "src")
+    dst_p = _normalize(dst, len(shape), "dst")
     item = check_int("itemsize", itemsize) if itemsize is not None else ITEMSIZE[dtype]
     if item < 1:
         raise InvalidArgument(f"itemsize is the bytes of one element, at least 1, got {item}")

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from ..errors import InvalidArgument
-from ..planning.layout import parse_placement, parse_placements
+from ..planning.layout import check_spec_dims, parse_placement, parse_placements
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -34,18 +34,23 @@ def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
     return tuple(parse_shape(part) for part in text.split(",") if part.strip())
 
 
-def placement(text: str, option: str):
+def placement(text: str, option: str, ndim: int | None = None):
     """``--src``/``--dst``'s text as a placement; ``InvalidArgument`` naming the option (read
-    after parsing, since the same options take one placement per mesh dim with ``--mesh``)."""
+    after parsing, since the same options take one placement per mesh dim with ``--mesh``);
+    ``ndim``: the tensor's dims, which a Spec may not pass."""
+    if ndim is not None:
+        check_spec_dims(text, ndim, option)
     try:
         return parse_placement(text)
     except InvalidArgument as exc:
         raise InvalidArgument(f"{option}: {exc}") from None
 
 
-def mesh_placements(text: str, option: str, mesh_ndim: int | None = None) -> tuple:
+def mesh_placements(text: str, option: str, mesh_ndim: int | None = None, ndim: int | None = None) -> tuple:
     """``--src``/``--dst``'s text on a mesh (one placement per mesh dim, or a Spec) as a
-    placements tuple; ``InvalidArgument`` naming the option."""
+    placements tuple; ``InvalidArgument`` naming the option; ``ndim`` as ``placement``'s."""
+    if ndim is not None:
+        check_spec_dims(text, ndim, option)
     try:
         placements = parse_placements(text, mesh_ndim)
     except InvalidArgument as exc:

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from ..errors import ReshardError
+from ..planning.layout import check_spec_dims
 from .cli_common import SMALL_PLAN_RANKS, make_console, mesh_placements, placement
 
 HOSTS_DEFAULT_SHAPE = (65536, 65536)  # with --hosts and no --shape: a layer-sized matrix
@@ -109,6 +110,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     shapes = args.shape or ()
     args.shape = shapes[0] if len(shapes) == 1 else None if not shapes else args.shape
+    for k, shape in enumerate(shapes):  # a Spec past a shape's dims, named as written (resolved, only its Shard is)
+        for flag, text in (("--src", args.src), ("--dst", args.dst)):
+            try:
+                check_spec_dims(text, len(shape), flag)
+            except ReshardError as exc:
+                raise type(exc)(f"tensor {k} ({'x'.join(map(str, shape))}): {exc}" if len(shapes) > 1 else str(exc)) from None
     if len(shapes) > 1:
         other = "--moe" if args.moe else "--hosts" if args.hosts is not None else "--rank" if args.rank is not None else None
         if other is not None:
