@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--engine", choices=("gloo", "mpi"), help="gloo (torch.distributed) or mpi (mpi4py); default gloo, or mpi where torch is not installed")
     bench.add_argument("--ranks", type=positive, default=4, help="number of local ranks (default 4)")
     bench.add_argument("--mesh", type=parse_mesh_shape, help="time a layout change on a process mesh (e.g. 2x2), beside DTensor on the same mesh")
-    bench.add_argument("--src", type=layout_text, help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)'")
+    bench.add_argument("--src", type=layout_text, help="with --mesh: the source, one placement per mesh dim, e.g. 'S(0),S(1)', or a Spec: 'Spec((1, 0), None)'")
     bench.add_argument("--dst", type=layout_text, help="with --mesh: the destination, e.g. 'S(1),S(0)'")
     bench.add_argument("--op", choices=("all_to_all", "redistribute", "all_gather", "reduce_scatter", "moe"), default="redistribute", help="the collective to time (default redistribute, Shard(0) -> Shard(1))")
     bench.add_argument("--overlap", action="store_true", help="time compute hidden behind started calls (async_op=True): an all_to_all of the first --sizes with a matrix multiply, and a MoE layer through rs.moe.pipeline whose experts compute about as long as its exchanges, in 1, 2, 4 and 8 parts (on two hosts with a shaped link: benchmarks/overlap.py)")
