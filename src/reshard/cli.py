@@ -173,10 +173,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         console.print(say("cli.error", args.lang, error=f"demo draws a matrix: --shape needs two sizes, got {len(args.shape)}"))
         return 2
     args.src, args.dst = placement(args.src or "row", "--src", 2), placement(args.dst or "col", "--dst", 2)
-    for p in (args.src, args.dst):
-        if isinstance(p, Shard) and p.dim not in (0, 1, -1, -2):
-            console.print(say("cli.error", args.lang, error=f"{p!r} does not exist for a matrix (use Shard(0) or Shard(1))"))
-            return 2
+    bad = _off_the_matrix((args.src, args.dst))
+    if bad is not None:
+        console.print(say("cli.error", args.lang, error=f"{bad!r} does not exist for a matrix (use Shard(0) or Shard(1))"))
+        return 2
     src = Shard(args.src.dim % 2) if isinstance(args.src, Shard) else args.src
     dst = Shard(args.dst.dim % 2) if isinstance(args.dst, Shard) else args.dst
     status = run_demo(args.ranks, args.shape, src, dst, args.dtype, args.engine, args.lang, console, args.timeout)
@@ -185,6 +185,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     title = f"A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks: {src!r} -> {dst!r}"
     _pictures(args, [change_scene(args.shape, args.ranks, src, dst, "redistribute")], title, console)
     return status
+
+
+def _off_the_matrix(placements: Sequence[object]) -> Shard | None:
+    """The first Shard of a dim a matrix lacks (it has 0 and 1, or -2 and -1), or None."""
+    return next((p for p in placements if isinstance(p, Shard) and p.dim not in (0, 1, -1, -2)), None)
 
 
 def _demo_mesh(args: argparse.Namespace, console) -> int:
@@ -360,7 +365,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         import math
 
         for text, option in ((args.src, "--src"), (args.dst, "--dst")):  # refused here, before any rank starts
-            if any(isinstance(p, Shard) and p.dim not in (0, 1, -1, -2) for p in mesh_placements(text, option, len(args.mesh), 2)):
+            if _off_the_matrix(mesh_placements(text, option, len(args.mesh), 2)) is not None:
                 print(f"reshard bench: {option} {text}: the benchmark's matrix has dims 0 and 1: use Shard(0) or Shard(1)",
                       file=sys.stderr)
                 return 2
