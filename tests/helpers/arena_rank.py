@@ -189,6 +189,50 @@ def rows(comm, engine, tokens, hidden, experts, top_k, seed):
             (_np(back).tobytes(), bool(np.allclose(_np(back), want, rtol=1e-5, atol=1e-5)))]
 
 
+def _routed_oracle(size, rank, cases_rng_seed, tokens, hidden, experts, top_k, dtype):
+    """Every rank's tokens and expert ids as rank ``r`` draws them (seed + r), and the rows this
+    rank's experts get: for each of its experts in order, every rank's rows routed to it in
+    rank order, each rank's in (token, slot) order."""
+    drawn = []
+    for r in range(size):
+        rng = np.random.default_rng(cases_rng_seed + r)
+        x = rng.standard_normal((tokens[r], hidden)).astype(dtype)
+        ids = np.array([rng.permutation(experts)[:top_k] for _ in range(tokens[r])]).reshape(tokens[r], top_k)
+        drawn.append((x, ids.astype(np.int64), rng.random((tokens[r], top_k)).astype(dtype)))
+    per_rank = experts // size
+    want = [drawn[r][0][np.nonzero(drawn[r][1] == e)[0]]
+            for e in range(rank * per_rank, (rank + 1) * per_rank) for r in range(size)]
+    return drawn[rank], np.concatenate(want) if want else np.zeros((0, hidden), dtype)
+
+
+def taken_tokens(comm, engine, cases):
+    """MoE dispatch and combine where the tokens lie in the arena (``rs.empty``) on the ranks
+    ``in_arena`` names, per case (tokens per rank, hidden, experts, top_k, capacity, dtype,
+    seed, in_arena): the expert inputs' bytes, numpy's rows for them (no capacity: every
+    pair kept), the dispatch's pack copies and whether a "pack rows" phase ran, whether the
+    combined rows equal numpy's weighted sums, whether the tokens are unchanged, and the rows
+    sent to each rank."""
+    from reshard.execution import phases
+
+    out = []
+    for tokens, hidden, experts, top_k, capacity, dtype, seed, in_arena in cases:
+        (mine, ids, weights), want = _routed_oracle(comm.size, comm.rank, seed, tokens, hidden, experts, top_k, dtype)
+        x = mine.copy()
+        if comm.rank in in_arena:
+            x = rs.empty(mine.shape, mine.dtype)
+            x[...] = mine
+        with phases.listening() as spans:
+            expert_in, handle = rs.moe.dispatch(_as(engine, x), _as(engine, ids), experts, comm, capacity=capacity)
+        packs = rs.last_exchange().pack_copies
+        back = _np(rs.moe.combine(expert_in, handle, _as(engine, weights)))
+        summed = (mine[:, None, :] * weights[:, :, None] * handle.kept[:, :, None]).sum(axis=1)
+        out.append((_np(expert_in).tobytes(), None if capacity is not None else want.tobytes(), packs,
+                    any(name == "pack rows" for name, *_ in spans),
+                    bool(np.allclose(back, summed.reshape(back.shape), rtol=1e-5, atol=1e-5)),
+                    bool(np.array_equal(x, mine)), [int(c) for c in handle.send_counts]))
+    return out
+
+
 def started_and_grads(comm, n):
     """A started call with the arena on and off, and a gradient through an exchange that reads
     in place: (on's result in the arena, off's not, both right, the gradient right)."""

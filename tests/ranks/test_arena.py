@@ -379,6 +379,44 @@ def test_rows_and_moe_give_the_same_bits_with_the_arena_on_and_off(engine, small
         assert combined[1] and combined_off[1]  # and right: numpy's weighted sums
 
 
+@st.composite
+def _routing_cases(draw, size=4):
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        tokens = [draw(st.integers(0, 40)) for _ in range(size)]
+        experts = size * draw(st.integers(1, 3))
+        top_k = draw(st.integers(1, min(3, experts)))
+        capacity = draw(st.one_of(st.none(), st.integers(0, 12)))
+        in_arena = draw(st.sets(st.integers(0, size - 1)))
+        out.append((tokens, draw(st.integers(1, 24)), experts, top_k, capacity,
+                    draw(st.sampled_from(["float32", "float64"])), draw(st.integers(0, 1 << 16)), sorted(in_arena)))
+    return out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=_routing_cases())
+def test_dispatch_takes_routed_rows_straight_from_tokens_in_the_arena(engine, cases, small_exchanges, monkeypatch):
+    """Peers copy a rank's routed rows out of its tokens by its index where they lie in the
+    arena (nothing gathered: no pack), the rank gathers them first where they do not (one
+    pack), ranks of both kinds in one exchange; the rows equal numpy's and the arena's off path."""
+    _engine_or_skip(engine)
+    on = rs.spawn(arena_rank.taken_tokens, 4, engine, args=(engine, cases), timeout=120)
+    with monkeypatch.context() as patched:  # undone before the next example
+        patched.setenv("RESHARD_ARENA", "0")
+        off = rs.spawn(arena_rank.taken_tokens, 4, engine, args=(engine, cases), timeout=120)
+    for rank, (per_case, per_case_off) in enumerate(zip(on, off)):
+        for (rows, want, packs, gathered, summed, untouched, sent), (rows_off, _, packs_off, _, summed_off, _, _), \
+                case in zip(per_case, per_case_off, cases):
+            assert rows == rows_off and (want is None or rows == want), (rank, case)
+            assert summed and summed_off and untouched, (rank, case)
+            # gathered first only where peers read its rows and its tokens lie outside the arena
+            lends = any(c for q, c in enumerate(sent) if q != rank)
+            packed = rank not in case[-1] and lends
+            assert (packs, gathered) == (int(packed), packed), (rank, case, packs, gathered)
+            assert packs_off == int(sum(sent) > 0), (rank, case)  # off: every rank gathers what it sends
+
+
 def test_started_calls_and_gradients_read_in_place_too():
     for on_inside, off_inside, right, y_inside, grad_right in rs.spawn(arena_rank.started_and_grads, 3, "gloo",
                                                                         args=(1024,), timeout=120):

@@ -56,6 +56,7 @@ class ArenaLink:
         self.spins = spins_for(size)
         self.min_bytes = settings.read("RESHARD_ARENA_MIN_BYTES")  # the largest of the group's, once opened
         self.kept: list[tuple[int, Any]] = []  # (exchange, source) read by peers that may not have acknowledged yet
+        self.index: np.ndarray | None = None  # the int64 index exchanges post (``index_for``), kept for the next
 
     @classmethod
     def open(cls, rank: int, size: int, allgather_bytes: Callable[[np.ndarray], np.ndarray],
@@ -111,6 +112,21 @@ class ArenaLink:
         link.min_bytes = int(cards[:, 9].max())
         return link
 
+    def index_for(self, index: np.ndarray) -> tuple[int, int] | None:
+        """``index`` copied into this rank's arena for ``exchange(index=)``: (offset, bytes), or
+        None past the arena's cap. One block, kept from exchange to exchange (the link's
+        exchanges run one at a time and each waits for its readers), so that a small block
+        taken and freed every call does not split the ranges the large results reuse."""
+        count = len(index)
+        if self.index is None or len(self.index) < count:
+            self.index = None
+            self.index = arena_mod.numpy_array((max(count, 1024),), np.int64)
+            if self.index is None:
+                return None
+        self.index[:count] = index
+        where = arena_mod.locate(self.index[:count])
+        return None if where is None else where
+
     # -- one exchange ----------------------------------------------------------------------
 
     def source(self, peer: int, offset: int, nbytes: int) -> np.ndarray | str:
@@ -129,7 +145,8 @@ class ArenaLink:
 
     def exchange(self, source: tuple[int, int] | None, readers: dict[int, tuple[int, int, int]],
                  writers: dict[int, int], read: Callable[[int, np.ndarray, int, int], str | None],
-                 what: str, meanwhile: Callable[[], None] | None = None, keep: Any = None) -> bool:
+                 what: str, meanwhile: Callable[[], None] | None = None, keep: Any = None,
+                 index: tuple[int, int] | None = None) -> bool:
         """One exchange, read in place if every rank's input lies in its arena. Post ``source``
         (offset and bytes in this rank's arena, or None: not there) to every peer, with what a
         peer of ``readers`` (peer -> (tag, start, extent)) needs to find its part. Without a
@@ -145,7 +162,12 @@ class ArenaLink:
         ``keep``: the source is this link's own (no caller sees it again), so return without
         waiting for the acknowledgements: ``keep`` (what owns the source's memory) is held
         until every peer has acknowledged, which a later exchange waits for anyway before it
-        writes its note. A reader that fails raises on its own rank only."""
+        writes its note. A reader that fails raises on its own rank only.
+
+        ``index``: (offset, bytes) of an int64 array in this rank's arena whose entries name the
+        source's rows that it sends, in order (MoE's routed tokens, never gathered): a peer's
+        ``start`` then counts entries of it, and ``read`` gets the peer's index as a keyword
+        (``index=``, uint8) where its note has one."""
         mine, size, me, lines, got = self.mine, self.size, self.rank, self.lines, self.got
         self.count += 1
         k = self.count
@@ -164,10 +186,11 @@ class ArenaLink:
         if self.kept:  # sources of exchanges every peer has acknowledged go back
             self.kept = [(j, obj) for j, obj in self.kept if j > k - 2]
         offset, nbytes = source if source is not None else (0, -1)
+        index_at, index_bytes = index if index is not None else (0, -1)
         for q in peers:
             tag, start, extent = readers.get(q, (0, 0, 0))
             at = self._note(q, k)
-            mine[at + 1 : at + 6] = (offset, nbytes, tag, start, extent)
+            mine[at + 1 : at + 8] = (offset, nbytes, tag, start, extent, index_at, index_bytes)
             mine[at] = k  # last: a peer that reads this number finds the rest beside it
         if source is None:
             return False
@@ -176,18 +199,18 @@ class ArenaLink:
         for q in peers:
             got[q] = k
             at = self._note(me, k)
-            notes[q] = tuple(int(v) for v in lines[q][at + 1 : at + 6])
+            notes[q] = tuple(int(v) for v in lines[q][at + 1 : at + 8])
         reading = all(note[1] >= 0 for note in notes.values())
         failed: str | None = None
         for q in peers:
             why = None
             if reading and q in writers:
-                got_offset, got_bytes, got_tag, start, extent = notes[q]
+                got_offset, got_bytes, got_tag, start, extent, index_at, index_bytes = notes[q]
                 if got_tag != writers[q]:
                     why = f"rank {q} planned this exchange differently (its shapes or layouts differ)"
                 else:
-                    src = self.source(q, got_offset, got_bytes)
-                    why = f"rank {q}: {src}" if isinstance(src, str) else read(q, src, start, extent)
+                    why = self._read(q, read, (got_offset, got_bytes), start, extent,
+                                     (index_at, index_bytes) if index_bytes >= 0 else None)
             self._ack(q, 0 if why is None else 1)
             failed = failed or why
         if reading:
@@ -203,6 +226,19 @@ class ArenaLink:
         if failed is not None:
             raise MismatchError(f"rank {me}: {what}: {failed}")
         return reading
+
+    def _read(self, peer: int, read: Callable[..., str | None], source: tuple[int, int], start: int, extent: int,
+              index: tuple[int, int] | None) -> str | None:
+        """``read`` on ``peer``'s source (and index, where its note has one), or why not."""
+        src = self.source(peer, *source)
+        if isinstance(src, str):
+            return f"rank {peer}: {src}"
+        if index is None:
+            return read(peer, src, start, extent)
+        rows = self.source(peer, *index)
+        if isinstance(rows, str):
+            return f"rank {peer}: {rows}"
+        return read(peer, src, start, extent, index=rows)
 
     def _note(self, peer: int, k: int) -> int:
         """Where exchange ``k``'s note to ``peer`` lies in its writer's lines."""
@@ -243,6 +279,7 @@ class ArenaLink:
             self.kept = []
         self.views.clear()
         self.lines.clear()
+        self.index = None
         for f in [*self.files, *self.arena_fds.values()]:
             if f >= 0:
                 os.close(f)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,44 @@ def rows_placed(placed: RowsPlaced | None) -> Iterator[None]:
         yield
     finally:
         _placed.reset(token)
+
+
+class RowsTaken:
+    """What an exchange of rows sends where its caller did not gather the rows: row ``i`` of
+    what it sends is row ``index[i]`` of the array it is given (MoE's tokens, by route). Read in
+    place, each peer copies its rows straight out of that array by the index, which the sender
+    puts beside it in its arena, so the gather and the exchange's copy are one copy. Elsewhere
+    ``gather(x, index)`` makes the rows first (the caller's own gather)."""
+
+    __slots__ = ("index", "gather")
+
+    def __init__(self, index: np.ndarray, gather: Callable[[Array, np.ndarray], Array]) -> None:
+        self.index, self.gather = index, gather
+
+
+_taken: contextvars.ContextVar[RowsTaken | None] = contextvars.ContextVar("reshard_rows_taken", default=None)
+
+
+@contextlib.contextmanager
+def rows_taken(taken: RowsTaken | None) -> Iterator[None]:
+    """Within: the exchange of rows sends its input's rows that ``taken`` names."""
+    token = _taken.set(taken)
+    try:
+        yield
+    finally:
+        _taken.reset(token)
+
+
+def taken_rows(k: Any, xt: Array) -> Array:
+    """The rows an exchange of rows sends: ``xt``, or within ``rows_taken`` its rows by the
+    index, gathered now (one pack copy in the call's tally)."""
+    taken = _taken.get()
+    if taken is None:
+        return xt
+    if not len(taken.index):
+        return xt[:0]
+    k.tally.packs += 1
+    return taken.gather(xt, taken.index)
 
 
 def key_part() -> tuple:
@@ -296,8 +334,9 @@ def scatter_reads(link: ArenaLink, rank: int, size: int, in_shape: Sequence[int]
 class RowsReads:
     """``run(call, x, prepared=None)`` for an exchange of rows (``steps.AllToAllV``) as reads in
     place where every rank's rows lie in its arena: per segment, each rank copies its rows out
-    of every peer's input (at the row the peer's note gives) into its block of the result, one
-    round of notes per segment; else the step's own form (``inner``)."""
+    of every peer's input (at the row the peer's note gives, or by the peer's index where its
+    rows are taken, ``rows_taken``) into its block of the result, one round of notes per
+    segment; else the step's own form (``inner``) on the rows."""
 
     def __init__(self, link: ArenaLink, rank: int, segments: Sequence[tuple[Sequence[int], Sequence[int]]],
                  inner: Any) -> None:
@@ -307,7 +346,16 @@ class RowsReads:
     def __call__(self, k: Any, xt: Array, prepared: Any = None) -> Array:
         tally, arrays, rank, link = k.tally, k.arrays, self.rank, self.link
         x = numpy_view(xt)
-        source = arena_mod.locate(x)
+        lends = any(c for sends, _ in self.segments for q, c in enumerate(sends) if q != rank)
+        # where no peer reads from this rank, its input is ready wherever it lies
+        source = arena_mod.locate(x) if lends else (0, 0)
+        taken, index_at = _taken.get(), None
+        if taken is not None and lends and source is not None:  # the index beside the rows it names
+            index_at = link.index_for(taken.index)
+        if taken is not None and lends and index_at is None:  # gathered now, as the caller would have
+            xt = taken_rows(k, xt)
+            x, taken = numpy_view(xt), None
+            source = arena_mod.locate(x)
         trail = tuple(x.shape[1:])
         row_bytes = numel(trail) * x.itemsize
         rows = sum(sum(recv) for _, recv in self.segments)
@@ -322,12 +370,15 @@ class RowsReads:
             result = numpy_view(out)
         dest = placed.rows if placed is not None else None
 
-        def put(at: int, count: int, rows_: np.ndarray) -> None:
-            """Received rows ``at .. at + count`` into the result: in order, or where ``placed`` says."""
-            if dest is None:
+        def put(at: int, count: int, rows_: np.ndarray, which: np.ndarray | None = None) -> None:
+            """Received rows ``at .. at + count`` (``rows_``, or its rows ``which``) into the
+            result: in order, or where ``placed`` says."""
+            if dest is None and which is not None:
+                np.take(rows_, which, axis=0, out=result[at : at + count], mode="clip")  # bounds checked
+            elif dest is None:
                 result[at : at + count] = rows_
             else:
-                result[dest[at : at + count]] = rows_
+                result[dest[at : at + count]] = rows_ if which is None else rows_[which]
 
         sent = received = 0
         for seg, (sends, recvs) in enumerate(self.segments):
@@ -338,20 +389,35 @@ class RowsReads:
             writers = {p: exchange_tag("rows", seg, c, trail) for p, c in enumerate(recvs) if c and p != rank}
 
             def read(p: int, raw: np.ndarray, start: int, extent: int, recv_at: list[int] = recv_at,
-                     recvs: Sequence[int] = recvs) -> str | None:
-                if raw.size != extent * row_bytes or start + recvs[p] > extent:
+                     recvs: Sequence[int] = recvs, index: np.ndarray | None = None) -> str | None:
+                count = recvs[p]
+                if raw.size != extent * row_bytes:
                     return f"rank {p}'s rows do not fit its input ({raw.size} bytes, {extent} rows)"
                 theirs = raw.view(x.dtype).reshape((extent, *trail))
-                put(recv_at[p], recvs[p], theirs[start : start + recvs[p]])
+                if index is None:
+                    if start + count > extent:
+                        return f"rank {p}'s rows do not fit its input ({raw.size} bytes, {extent} rows)"
+                    put(recv_at[p], count, theirs[start : start + count])
+                    return None
+                named = index.view(np.int64)
+                which = named[start : start + count]
+                if len(which) != count or count and not 0 <= int(which.min()) <= int(which.max()) < extent:
+                    return f"rank {p}'s index names rows outside its input ({extent} rows)"
+                put(recv_at[p], count, theirs, which)
                 return None
 
             def own(send_at: list[int] = send_at, recv_at: list[int] = recv_at, sends: Sequence[int] = sends,
                     recvs: Sequence[int] = recvs) -> None:
-                if sends[rank]:
+                if not sends[rank]:
+                    return
+                if taken is None:
                     put(recv_at[rank], recvs[rank], x[send_at[rank] : send_at[rank] + sends[rank]])
+                else:
+                    put(recv_at[rank], recvs[rank], x, taken.index[send_at[rank] : send_at[rank] + sends[rank]])
 
-            if not link.exchange(source, readers, writers, read, k.op, own):  # the same answer every segment
-                return engine_path(k, xt, self.inner, prepared)
+            # the same answer every segment
+            if not link.exchange(source, readers, writers, read, k.op, own, index=index_at):
+                return engine_path(k, xt if taken is None else taken_rows(k, xt), self.inner, prepared)
             sent, received = sent + sum(sends), received + sum(recvs)
         if placed is not None:
             placed.done = True

@@ -140,12 +140,14 @@ def finish(call: Call, out: Array) -> Array:
     return call.result(out)
 
 
-def report_as(op: str, call: Any) -> None:
+def report_as(op: str, call: Any, packs: int = 0) -> None:
     """``rs.last_exchange()`` for an op made of one exchange inside its own call (MoE): the
-    exchange's stats named ``op``, with the op's own checks (its records, the counts) added."""
+    exchange's stats named ``op``, with the op's own checks (its records, the counts) and the
+    ``packs`` it made before the exchange added."""
     stats = last_exchange().copy()
     stats.op = op
     stats.metadata_exchanges += call.checks
+    stats.pack_copies += packs
     set_last(stats)
 
 
@@ -179,7 +181,9 @@ def _runner(call: CallState, x: Array, step: Step, sub: SubComm | None) -> Runne
         link = arena_reads.link_for(call.primitives, step.total_rows * numel(x.shape[1:]), call.arrays.itemsize(x)) \
             if step.total_rows and arena_reads.allowed(x) else None
         rows = lambda k, xt, prepared=None: step_bodies.exchange_rows(k, xt, step.segments)  # noqa: E731
-        return rows if link is None else arena_reads.RowsReads(link, call.rank, step.segments, rows)
+        if link is None:  # the rows gathered first where the caller left them to the exchange
+            return lambda k, xt, prepared=None: rows(k, arena_reads.taken_rows(k, xt))
+        return arena_reads.RowsReads(link, call.rank, step.segments, rows)
     if isinstance(step, AllGather) and step.dim is not None:
         return lambda k, xt, prepared=None: step_bodies.gather_core(k, xt, step.dim, step.lengths, None)
     if isinstance(step, AllGather):  # runs of the flattened tensor, as all_reduce gathers them

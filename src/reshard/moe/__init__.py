@@ -272,10 +272,16 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
             num_experts=experts, top_k=top_k, num_tokens=num_tokens, comm=comm_, send_rows=send_rows,
             segment_send=segment_send, segment_recv=segment_recv, algorithm="hierarchical", hosts=routes,
             total_rows=int(kept_counts.sum()))
-    rows = take_rows(tokens, send_rows // top_k)  # the pack: one gather of the routed rows
-    expert_inputs = exchange_segments(comm_, rows, segment_send, segment_recv, "moe.dispatch (exchange)",
-                                      int(kept_counts.sum()))
-    execute.report_as("moe.dispatch", call)
+    routed = send_rows // top_k  # the token of each row sent, in the exchange's order
+    on_tape = wants_grad(tokens)
+    if on_tape:  # the gather and the exchange, each with its backward
+        expert_inputs = exchange_segments(comm_, take_rows(tokens, routed), segment_send, segment_recv,
+                                          "moe.dispatch (exchange)", int(kept_counts.sum()))
+    else:  # the exchange takes the routed rows: read in place, peers copy them straight out of the tokens
+        with arena_reads.rows_taken(arena_reads.RowsTaken(routed, take_rows)):
+            expert_inputs = exchange_segments(comm_, tokens, segment_send, segment_recv, "moe.dispatch (exchange)",
+                                              int(kept_counts.sum()))
+    execute.report_as("moe.dispatch", call, packs=int(on_tape))
     handle = MoEHandle(
         tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
         dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),
