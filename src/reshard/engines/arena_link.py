@@ -120,7 +120,7 @@ class ArenaLink:
         count = len(index)
         if self.index is None or len(self.index) < count:
             self.index = None
-            self.index = arena_mod.numpy_array((max(count, 1024),), np.int64)
+            self.index = arena_mod.numpy_array((max(count + count // 4, 1024),), np.int64)  # room to vary
             if self.index is None:
                 return None
         self.index[:count] = index
