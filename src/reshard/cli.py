@@ -12,6 +12,7 @@ from .engines.available import ENGINES
 from .errors import InvalidArgument, ReshardError
 from .messages import LANGS, say
 from .planning.layout import Shard
+from .planning.spec import normalize_placements
 from .tools.cli_common import (
     at_least,
     layout_text,
@@ -204,9 +205,12 @@ def _demo_mesh(args: argparse.Namespace, console) -> int:
     n = len(args.mesh)
     src = mesh_placements(args.src, "--src", n, 2) if args.src else (Shard(0),) + tuple(Shard(1) for _ in range(n - 1))
     dst = mesh_placements(args.dst, "--dst", n, 2) if args.dst else tuple(reversed(src))
-    if any(isinstance(p, Shard) and p.dim not in (0, 1) for p in (*src, *dst)):
-        console.print(say("cli.error", args.lang, error="a matrix has dims 0 and 1: use Shard(0) or Shard(1)"))
+    bad = _off_the_matrix((*src, *dst))
+    if bad is not None:
+        console.print(say("cli.error", args.lang, error=f"{bad!r} does not exist for a matrix (use Shard(0) or Shard(1))"))
         return 2
+    # the pictures read each Shard's dim as given: count them from the front, as the world demo does
+    src, dst = normalize_placements(src, 2), normalize_placements(dst, 2)
     args.ranks = math.prod(args.mesh)
     status, scene = run_demo_mesh(tuple(args.mesh), args.shape, src, dst, args.dtype, args.engine, args.lang, console,
                                   args.timeout)

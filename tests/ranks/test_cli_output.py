@@ -93,6 +93,8 @@ def test_version():
     (("--engine", "mpi", "--src", "S(0),R", "--dst", "S(1),R"), ["OK: all 4 ranks"]),
     (("--src", "Spec((1, 0), None)", "--dst", "S(1),S(0)"), ["Before: Spec((1, 0)); the ranks", "rows 4-5, cols 0-7",
                                                               "After: (Shard(1), Shard(0))"]),
+    (("--src", "S(-1),R", "--dst", "R,S(-2)"), ["rows 0-7, cols 0-3",
+                                                "OK: all 4 ranks hold exactly their part of A under (Replicate(), Shard(0))"]),
 ])
 def test_demo_on_a_mesh_draws_the_ranks_as_a_grid(args, needles, tmp_path):
     png, page = tmp_path / "m.png", tmp_path / "m.html"
@@ -101,3 +103,9 @@ def test_demo_on_a_mesh_draws_the_ranks_as_a_grid(args, needles, tmp_path):
     for needle in needles:
         assert needle in run.stdout, (needle, run.stdout)
     assert png.exists() and page.exists() and f"{png}" in run.stdout
+
+
+def test_demo_on_a_mesh_refuses_a_shard_the_matrix_lacks_by_name():
+    run = reshard_cli("demo", "--mesh", "2x2", "--src", "S(2),R", "--dst", "R,S(0)", columns=None)
+    assert run.returncode == 2
+    assert "Shard(2) does not exist for a matrix (use Shard(0) or Shard(1))" in run.stdout + run.stderr
