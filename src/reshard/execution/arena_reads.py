@@ -61,13 +61,17 @@ _placed: contextvars.ContextVar[RowsPlaced | None] = contextvars.ContextVar("res
 
 
 @contextlib.contextmanager
-def rows_placed(placed: RowsPlaced | None) -> Iterator[None]:
-    """Within: the exchange of rows reads in place puts its rows where ``placed`` says."""
-    token = _placed.set(placed)
+def _within(var: contextvars.ContextVar, value: Any) -> Iterator[None]:
+    token = var.set(value)
     try:
         yield
     finally:
-        _placed.reset(token)
+        var.reset(token)
+
+
+def rows_placed(placed: RowsPlaced | None) -> contextlib.AbstractContextManager[None]:
+    """Within: the exchange of rows reads in place puts its rows where ``placed`` says."""
+    return _within(_placed, placed)
 
 
 class RowsTaken:
@@ -86,14 +90,9 @@ class RowsTaken:
 _taken: contextvars.ContextVar[RowsTaken | None] = contextvars.ContextVar("reshard_rows_taken", default=None)
 
 
-@contextlib.contextmanager
-def rows_taken(taken: RowsTaken | None) -> Iterator[None]:
+def rows_taken(taken: RowsTaken | None) -> contextlib.AbstractContextManager[None]:
     """Within: the exchange of rows sends its input's rows that ``taken`` names."""
-    token = _taken.set(taken)
-    try:
-        yield
-    finally:
-        _taken.reset(token)
+    return _within(_taken, taken)
 
 
 def taken_rows(k: Any, xt: Array) -> Array:
