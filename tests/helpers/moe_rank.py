@@ -348,7 +348,8 @@ def across_left_behind(comm: rs.Comm, op: str = "dispatch") -> tuple[str, list[s
 
 def moe_reports(comm: rs.Comm, check: bool) -> dict:
     """``last_exchange()`` after dispatch and combine on each path: op, the small exchanges,
-    the bytes sent, and (flat) the bytes this rank's rows for other ranks' experts weigh."""
+    the bytes sent, dispatch's pack copies, and (flat) the bytes this rank's rows for other
+    ranks' experts weigh."""
     rng = np.random.default_rng(comm.rank)
     experts, hidden = 2 * comm.size, 3
     tokens = rng.standard_normal((10, hidden)).astype(np.float32)
@@ -360,9 +361,21 @@ def moe_reports(comm: rs.Comm, check: bool) -> dict:
         rs.moe.combine(inputs, handle, check=check)
         c = rs.last_exchange()
         seen[algorithm] = [(st.op, st.metadata_exchanges, st.bytes_sent, len(st.steps)) for st in (d, c)]
+        seen[f"{algorithm} packs"] = d.pack_copies
     owner = ids // (experts // comm.size)
     seen["flat rows out"] = int((owner != comm.rank).sum()) * hidden * 4
     return seen
+
+
+def two_level_packs(comm: rs.Comm) -> int:
+    """Dispatch on two hosts of two ranks, each token sent to one expert on each host (every
+    rank's rows cross, stay and arrive): the pack copies it reports."""
+    comm.hosts, comm.hosts_mesh = [0, 0, 1, 1], None
+    experts = 2 * comm.size
+    tokens = pattern((8, 4), "float32") + comm.rank
+    ids = np.array([[t % (experts // 2), experts // 2 + (t + comm.rank) % (experts // 2)] for t in range(8)])
+    rs.moe.dispatch(tokens, ids, experts, algorithm="hierarchical")
+    return rs.last_exchange().pack_copies
 
 
 def two_level_steps(comm: rs.Comm, arrays: str) -> dict:

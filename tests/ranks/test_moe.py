@@ -260,6 +260,9 @@ def test_last_exchange_names_the_moe_op_alike_on_both_paths(check):
         (h_op, h_meta, _, _), (hc_op, hc_meta, _, _) = seen["hierarchical"]
         assert (h_op, hc_op) == ("moe.dispatch", "moe.combine"), seen
         assert (h_meta, hc_meta) == (3 + vote, 1 + vote), seen
+        # the tokens (ordinary, small) are gathered once flat; on one host, two levels gather
+        # only the own host's rows to forward inside it (none cross, none arrive)
+        assert (seen["flat packs"], seen["hierarchical packs"]) == (1, 1), (rank, seen)
 
 
 @pytest.mark.parametrize(("engine", "kind", "hosts"), [("gloo", "numpy", None), ("gloo", "torch", 2),
@@ -279,6 +282,11 @@ def test_pipeline_combines_travel_on_a_lane_of_their_own_where_the_engine_allows
             assert got == one and grad == out[1][1], f"rank {rank}: {chunks} parts differ from one"
             on_lane = two_groups_at_once and kind != "torch-grad"
             assert started == [("moe.dispatch", False)] * chunks + [("moe.combine", on_lane)] * chunks, (rank, started)
+
+
+def test_a_two_level_dispatch_counts_each_gather_of_rows_as_a_pack():
+    # the rows crossing to the other host, the own host's rows to forward, the arrived rows to forward
+    assert rs.spawn(moe_rank.two_level_packs, 4, engine="gloo", timeout=120) == [3] * 4
 
 
 def test_a_rank_killed_while_two_exchanges_travel_ends_in_rank_failed():

@@ -151,10 +151,11 @@ def report_as(op: str, call: Any, packs: int = 0) -> None:
     set_last(stats)
 
 
-def merged(op: str, parts: list[tuple[str, ExchangeStats | None]]) -> ExchangeStats:
+def merged(op: str, parts: list[tuple[str, ExchangeStats | None]], packs: int = 0) -> ExchangeStats:
     """One ``ExchangeStats`` for an op made of several exchanges, each one step of it, as
-    ``rs.last_exchange()`` from now on."""
+    ``rs.last_exchange()`` from now on; ``packs``: the copies the op packed outside them."""
     total = ExchangeStats(op)
+    total.pack_copies = packs
     for name, part in parts:
         if part is None:
             continue

@@ -281,7 +281,7 @@ def _dispatch(tokens: Array, expert_ids: Array, num_experts: int, comm: Comm | N
         with arena_reads.rows_taken(arena_reads.RowsTaken(routed, take_rows)):
             expert_inputs = exchange_segments(comm_, tokens, segment_send, segment_recv, "moe.dispatch (exchange)",
                                               int(kept_counts.sum()))
-    execute.report_as("moe.dispatch", call, packs=int(on_tape))
+    execute.report_as("moe.dispatch", call, packs=int(on_tape and len(routed) > 0))
     handle = MoEHandle(
         tokens_per_expert=[int(v) for v in mine.sum(axis=0)],
         dropped=np.stack(np.divmod(dropped_pairs, top_k), axis=1).astype(np.int64).reshape(-1, 2),

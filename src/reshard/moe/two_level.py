@@ -54,13 +54,15 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
     other = np.r_[0:own.start, own.stop:routed.shape[0]]
     blocks, inside_recv = host_routes.expert_blocks(kept_counts, comm.rank, mesh_shape, per_rank)
     # the pack: each token once per other host, on its way while the own host's part is forwarded
-    with start_rows(across, take_rows(tokens, row_token[host_routes.crossing(across_send, host)]),
+    crossing = row_token[host_routes.crossing(across_send, host)]
+    with start_rows(across, take_rows(tokens, crossing),
                     host_routes.remote(across_send, host), host_routes.remote(across_recv, host),
                     "moe.dispatch (across hosts)", may_overlap(across, tokens)) as finish:
         own_pairs, own_send = host_routes.forward_pairs(routed[own], mesh_shape[1], per_rank)
         own_tokens = row_token[host_routes.own_block(across_send, host)]
+        own_rows = own_tokens[own_pairs // top_k]
         received_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
-                                  take_rows(tokens, own_tokens[own_pairs // top_k]), own_send, inside_recv[0],
+                                  take_rows(tokens, own_rows), own_send, inside_recv[0],
                                   "moe.dispatch (inside the host)")
         with phases.phase("wait for the rows across"):
             arrived, stats = finish()
@@ -75,7 +77,8 @@ def dispatch(comm: Comm, tokens: Array, ids: np.ndarray, kept: np.ndarray, kept_
     # each part's first zero rows too: both exchanges stay on the autograd tape with no block from one
     expert_inputs = _joined([part[0:0] for part in received_by_part]
                             + [received_by_part[p][a : a + n] for p, a, _, n in blocks.tolist()], received)
-    execute.merged("moe.dispatch", parts)
+    # each gather of rows that moved some is a pack (the flat dispatch counts its one alike)
+    execute.merged("moe.dispatch", parts, packs=sum(1 for rows in (crossing, own_rows, other_pairs) if len(rows)))
     return expert_inputs, routes
 
 
