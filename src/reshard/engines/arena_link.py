@@ -119,13 +119,12 @@ class ArenaLink:
         taken and freed every call does not split the ranges the large results reuse."""
         count = len(index)
         if self.index is None or len(self.index) < count:
-            self.index = None
+            self.index = None  # the old block back to the arena before the larger one is taken
             self.index = arena_mod.numpy_array((max(count + count // 4, 1024),), np.int64)  # room to vary
             if self.index is None:
                 return None
         self.index[:count] = index
-        where = arena_mod.locate(self.index[:count])
-        return None if where is None else where
+        return arena_mod.locate(self.index[:count])
 
     # -- one exchange ----------------------------------------------------------------------
 

@@ -340,12 +340,12 @@ class RowsReads:
     def __init__(self, link: ArenaLink, rank: int, segments: Sequence[tuple[Sequence[int], Sequence[int]]],
                  inner: Any) -> None:
         self.link, self.rank, self.segments, self.inner = link, rank, segments, inner
+        self.lends = any(c for sends, _ in segments for q, c in enumerate(sends) if q != rank)  # peers read from it
         self.receives_result = False
 
     def __call__(self, k: Any, xt: Array, prepared: Any = None) -> Array:
-        tally, arrays, rank, link = k.tally, k.arrays, self.rank, self.link
+        tally, arrays, rank, link, lends = k.tally, k.arrays, self.rank, self.link, self.lends
         x = numpy_view(xt)
-        lends = any(c for sends, _ in self.segments for q, c in enumerate(sends) if q != rank)
         # where no peer reads from this rank, its input is ready wherever it lies
         source = arena_mod.locate(x) if lends else (0, 0)
         taken, index_at = _taken.get(), None
@@ -390,12 +390,10 @@ class RowsReads:
             def read(p: int, raw: np.ndarray, start: int, extent: int, recv_at: list[int] = recv_at,
                      recvs: Sequence[int] = recvs, index: np.ndarray | None = None) -> str | None:
                 count = recvs[p]
-                if raw.size != extent * row_bytes:
+                if raw.size != extent * row_bytes or index is None and start + count > extent:
                     return f"rank {p}'s rows do not fit its input ({raw.size} bytes, {extent} rows)"
                 theirs = raw.view(x.dtype).reshape((extent, *trail))
                 if index is None:
-                    if start + count > extent:
-                        return f"rank {p}'s rows do not fit its input ({raw.size} bytes, {extent} rows)"
                     put(recv_at[p], count, theirs[start : start + count])
                     return None
                 named = index.view(np.int64)
