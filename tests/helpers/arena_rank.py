@@ -210,8 +210,8 @@ def taken_tokens(comm, engine, cases):
     ``in_arena`` names, per case (tokens per rank, hidden, experts, top_k, capacity, dtype,
     seed, in_arena): the expert inputs' bytes, numpy's rows for them (no capacity: every
     pair kept), the dispatch's pack copies and whether a "pack rows" phase ran, whether the
-    combined rows equal numpy's weighted sums, whether the tokens are unchanged, and the rows
-    sent to each rank."""
+    combined rows equal numpy's weighted sums, whether the tokens are unchanged, the rows
+    sent to each rank, and the combine's unpack copies with whether every pair was kept."""
     from reshard.execution import phases
 
     out = []
@@ -225,11 +225,12 @@ def taken_tokens(comm, engine, cases):
             expert_in, handle = rs.moe.dispatch(_as(engine, x), _as(engine, ids), experts, comm, capacity=capacity)
         packs = rs.last_exchange().pack_copies
         back = _np(rs.moe.combine(expert_in, handle, _as(engine, weights)))
+        unpacks = (rs.last_exchange().unpack_copies, bool(np.all(handle.kept)))
         summed = (mine[:, None, :] * weights[:, :, None] * handle.kept[:, :, None]).sum(axis=1)
         out.append((_np(expert_in).tobytes(), None if capacity is not None else want.tobytes(), packs,
                     any(name == "pack rows" for name, *_ in spans),
                     bool(np.allclose(back, summed.reshape(back.shape), rtol=1e-5, atol=1e-5)),
-                    bool(np.array_equal(x, mine)), [int(c) for c in handle.send_counts]))
+                    bool(np.array_equal(x, mine)), [int(c) for c in handle.send_counts], unpacks))
     return out
 
 

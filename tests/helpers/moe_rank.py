@@ -362,6 +362,7 @@ def moe_reports(comm: rs.Comm, check: bool) -> dict:
         c = rs.last_exchange()
         seen[algorithm] = [(st.op, st.metadata_exchanges, st.bytes_sent, len(st.steps)) for st in (d, c)]
         seen[f"{algorithm} packs"] = d.pack_copies
+        seen[f"{algorithm} combine unpacks"] = c.unpack_copies
     owner = ids // (experts // comm.size)
     seen["flat rows out"] = int((owner != comm.rank).sum()) * hidden * 4
     return seen

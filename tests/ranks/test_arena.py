@@ -406,8 +406,8 @@ def test_dispatch_takes_routed_rows_straight_from_tokens_in_the_arena(engine, ca
         patched.setenv("RESHARD_ARENA", "0")
         off = rs.spawn(arena_rank.taken_tokens, 4, engine, args=(engine, cases), timeout=120)
     for rank, (per_case, per_case_off) in enumerate(zip(on, off)):
-        for (rows, want, packs, gathered, summed, untouched, sent), (rows_off, _, packs_off, _, summed_off, _, _), \
-                case in zip(per_case, per_case_off, cases):
+        for (rows, want, packs, gathered, summed, untouched, sent, unpacks), \
+                (rows_off, _, packs_off, _, summed_off, _, _, unpacks_off), case in zip(per_case, per_case_off, cases):
             assert rows == rows_off and (want is None or rows == want), (rank, case)
             assert summed and summed_off and untouched, (rank, case)
             # gathered first only where peers read its rows and its tokens lie outside the arena
@@ -415,6 +415,11 @@ def test_dispatch_takes_routed_rows_straight_from_tokens_in_the_arena(engine, ca
             packed = rank not in case[-1] and lends
             assert (packs, gathered) == (int(packed), packed), (rank, case, packs, gathered)
             assert packs_off == int(sum(sent) > 0), (rank, case)  # off: every rank gathers what it sends
+            # combine: the rows that come home put in (token, slot) order after the exchange,
+            # except where they land in place (every pair kept, read in place)
+            (unpacks, all_kept), (unpacks_off, _) = unpacks, unpacks_off
+            assert unpacks_off == int(sum(sent) > 0), (rank, case, unpacks_off)
+            assert unpacks == (0 if all_kept else int(sum(sent) > 0)), (rank, case, unpacks)
 
 
 def test_started_calls_and_gradients_read_in_place_too():

@@ -263,6 +263,8 @@ def test_last_exchange_names_the_moe_op_alike_on_both_paths(check):
         # the tokens (ordinary, small) are gathered once flat; on one host, two levels gather
         # only the own host's rows to forward inside it (none cross, none arrive)
         assert (seen["flat packs"], seen["hierarchical packs"]) == (1, 1), (rank, seen)
+        # flat combine: the small rows take the engine's path and are put in (token, slot) order after it
+        assert seen["flat combine unpacks"] == 1, (rank, seen)
 
 
 @pytest.mark.parametrize(("engine", "kind", "hosts"), [("gloo", "numpy", None), ("gloo", "torch", 2),

@@ -140,14 +140,15 @@ def finish(call: Call, out: Array) -> Array:
     return call.result(out)
 
 
-def report_as(op: str, call: Any, packs: int = 0) -> None:
+def report_as(op: str, call: Any, packs: int = 0, unpacks: int = 0) -> None:
     """``rs.last_exchange()`` for an op made of one exchange inside its own call (MoE): the
-    exchange's stats named ``op``, with the op's own checks (its records, the counts) and the
-    ``packs`` it made before the exchange added."""
+    exchange's stats named ``op``, with the op's own checks (its records, the counts), the
+    ``packs`` it made before the exchange and the ``unpacks`` after it added."""
     stats = last_exchange().copy()
     stats.op = op
     stats.metadata_exchanges += call.checks
     stats.pack_copies += packs
+    stats.unpack_copies += unpacks
     set_last(stats)
 
 

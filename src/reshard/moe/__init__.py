@@ -333,7 +333,6 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     with arena_reads.rows_placed(placed):
         back = exchange_segments(comm_, expert_outputs, handle.segment_recv, handle.segment_send,
                                  "moe.combine (exchange)", handle.total_rows)
-    execute.report_as("moe.combine", call)
     num_tokens, top_k = handle.num_tokens, handle.top_k
     trail = tuple(back.shape[1:])
     if placed is not None and placed.done:
@@ -346,6 +345,8 @@ def combine(expert_outputs: Array, handle: MoEHandle, weights: Array | None = No
     else:
         slots = np.zeros((num_tokens * top_k, *trail), dtype=back.dtype)
         slots[handle.send_rows] = back
+    # the rows put in (token, slot) order after the exchange: an unpack, where any arrived
+    execute.report_as("moe.combine", call, unpacks=int(slots is not back and back.shape[0] > 0))
     return sums.sum_slots(slots.reshape(num_tokens, top_k, *trail), weights, handle.kept)
 
 
