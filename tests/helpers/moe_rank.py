@@ -368,15 +368,18 @@ def moe_reports(comm: rs.Comm, check: bool) -> dict:
     return seen
 
 
-def two_level_packs(comm: rs.Comm) -> int:
-    """Dispatch on two hosts of two ranks, each token sent to one expert on each host (every
-    rank's rows cross, stay and arrive): the pack copies it reports."""
+def two_level_packs(comm: rs.Comm) -> tuple[int, int]:
+    """Dispatch and combine on two hosts of two ranks, each token sent to one expert on each
+    host (every rank's rows cross, stay and arrive, and its experts hold rows of both hosts'
+    tokens): the pack copies each reports."""
     comm.hosts, comm.hosts_mesh = [0, 0, 1, 1], None
     experts = 2 * comm.size
     tokens = pattern((8, 4), "float32") + comm.rank
     ids = np.array([[t % (experts // 2), experts // 2 + (t + comm.rank) % (experts // 2)] for t in range(8)])
-    rs.moe.dispatch(tokens, ids, experts, algorithm="hierarchical")
-    return rs.last_exchange().pack_copies
+    inputs, handle = rs.moe.dispatch(tokens, ids, experts, algorithm="hierarchical")
+    dispatched = rs.last_exchange().pack_copies
+    rs.moe.combine(inputs, handle)
+    return dispatched, rs.last_exchange().pack_copies
 
 
 def two_level_steps(comm: rs.Comm, arrays: str) -> dict:

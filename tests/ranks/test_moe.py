@@ -286,9 +286,10 @@ def test_pipeline_combines_travel_on_a_lane_of_their_own_where_the_engine_allows
             assert started == [("moe.dispatch", False)] * chunks + [("moe.combine", on_lane)] * chunks, (rank, started)
 
 
-def test_a_two_level_dispatch_counts_each_gather_of_rows_as_a_pack():
-    # the rows crossing to the other host, the own host's rows to forward, the arrived rows to forward
-    assert rs.spawn(moe_rank.two_level_packs, 4, engine="gloo", timeout=120) == [3] * 4
+def test_a_two_level_dispatch_and_combine_count_each_gather_of_rows_as_a_pack():
+    # dispatch: the rows crossing to the other host, the own host's rows to forward, the arrived
+    # rows to forward; combine: the expert outputs of each host's tokens joined in arrival order
+    assert rs.spawn(moe_rank.two_level_packs, 4, engine="gloo", timeout=120) == [(3, 2)] * 4
 
 
 def test_a_rank_killed_while_two_exchanges_travel_ends_in_rank_failed():
