@@ -98,16 +98,16 @@ def combine(expert_outputs: Array, routes: host_routes.HostRoutes, num_tokens: i
                              "moe.combine (weights)")
         w_own = take_rows(w, routes.row_token[routes.own_rows()])
     # the other hosts' part first, so that it starts back across as early as it can
-    joined = [_in_arrival(expert_outputs, routes.blocks, 1)]
     back = _exchanged(parts, "all_to_all_v (inside the host, other hosts' tokens)", inside,
-                      joined[0], routes.inside_recv[1], routes.inside_send[1], "moe.combine (inside the host)")
+                      _in_arrival(expert_outputs, routes.blocks, 1), routes.inside_recv[1], routes.inside_send[1],
+                      "moe.combine (inside the host)")
     partial = sums.host_sums(back, routes.pair_at[1], top_k, routes.held[1], w_other)
     with start_rows(across, partial, host_routes.remote(routes.across_recv, host),
                     host_routes.remote(routes.across_send, host), "moe.combine (across hosts)",
                     may_overlap(across, partial)) as finish:
-        joined.append(_in_arrival(expert_outputs, routes.blocks, 0))
         back_own = _exchanged(parts, "all_to_all_v (inside the host, own host's tokens)", inside,
-                              joined[1], routes.inside_recv[0], routes.inside_send[0], "moe.combine (inside the host)")
+                              _in_arrival(expert_outputs, routes.blocks, 0), routes.inside_recv[0],
+                              routes.inside_send[0], "moe.combine (inside the host)")
         partial_own = sums.host_sums(back_own, routes.pair_at[0], top_k, routes.held[0], w_own)
         with phases.phase("wait for the rows across"):
             home, stats = finish()
@@ -120,8 +120,9 @@ def combine(expert_outputs: Array, routes: host_routes.HostRoutes, num_tokens: i
             blocks.append((home[at : at + tokens.size], tokens))
             at += tokens.size
     out = sums.sum_over_hosts(blocks, num_tokens)
-    # each part's rows joined in arrival order before its exchange: a pack where it has any
-    execute.merged("moe.combine", parts, packs=sum(1 for rows in joined if len(rows)))
+    # each part's rows joined in arrival order before its exchange (``_in_arrival``): a pack
+    # where it has any (the blocks are the non-empty ones, by part)
+    execute.merged("moe.combine", parts, packs=len(np.unique(routes.blocks[:, 0])))
     return out
 
 
