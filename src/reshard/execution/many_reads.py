@@ -235,37 +235,25 @@ def join_into(chunk: Any, xs: Sequence[Array], place: Any, shape: tuple[int, ...
 
 def join_pieces(chunk: Any, xs: Sequence[Array], place: Any, shape: tuple[int, ...], width: int) -> Array:
     """The chunk's inputs joined into ``place`` piece by piece: the runs of ``width`` items
-    along the last dim, each piece (all members' rows of it) end to end, as one copy. Returns
-    the block as an array of the inputs' kind, ``[pieces, *shape[:-1], width]``."""
+    along the last dim, each piece (all members' rows of it) end to end. Returns the block as
+    an array of the inputs' kind, ``[pieces, *shape[:-1], width]``."""
     members = members_of(chunk, xs)
     first = members[0]
-    itemsize = chunk.itemsize
-    run = np.dtype((np.void, width * itemsize))
-    pieces = shape[-1] // width
-    lead = _numel_shape(shape[:-1])
-    # the block as [pieces][leading elements][a run]: seen as runs, [leading][pieces]
-    runs = np.lib.stride_tricks.as_strided(place.view(run), (shape[0] * shape[1], *shape[2:-1], pieces),
-                                           _run_strides(shape[1:-1], run.itemsize) + (lead * run.itemsize,))
     if type(first) is not np.ndarray:
         members = [numpy_view(m) for m in members]
-    if not c_contiguous(members):
-        members = [np.ascontiguousarray(m) for m in members]
-    np.concatenate([m.view(run) for m in members], out=runs)
+    pieces = shape[-1] // width
+    lead = _numel_shape(shape[:-1])
+    # joined whole first, then every run moved to its piece as one item: numpy moves items of
+    # a run's size faster than it joins many arrays into a strided place (0.8x the time)
+    joined = fill(np.empty(shape, members[0].dtype), members)
+    run = np.dtype((np.void, width * chunk.itemsize))
+    np.copyto(place.view(run).reshape((pieces, lead)), joined.reshape((lead, shape[-1])).view(run).T)
     by_piece = place.view(numpy_dtype(first)).reshape((pieces, *shape[:-1], width))
     if type(first).__module__ == "numpy":
         return by_piece.view(first.dtype)
     import torch
 
     return torch.from_numpy(by_piece).view(first.dtype)
-
-
-def _run_strides(inner: Sequence[int], run_bytes: int) -> tuple[int, ...]:
-    """C strides of [leading * inner[0], *inner[1:]] runs of ``run_bytes``."""
-    strides, s = [], run_bytes
-    for n in reversed(tuple(inner[1:])):
-        strides.append(s)
-        s *= n
-    return (s, *reversed(strides))
 
 
 def fill(out: Array, members: list[Array]) -> Array:
