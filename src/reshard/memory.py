@@ -66,11 +66,13 @@ def empty(shape: Sequence[int] | int, dtype: Any, comm: Comm | None = None) -> A
         except TypeError as exc:
             raise InvalidArgument(f"empty: dtype must be a numpy or torch dtype, got {dtype!r}") from exc
         _check_numbers(like, "empty")
-    nbytes = like.element_size() if torch_dtype is not None else like.dtype.itemsize
+    nbytes = span = like.element_size() if torch_dtype is not None else like.dtype.itemsize
     for d in dims:
         nbytes *= d
-    if nbytes > MAX_TENSOR_BYTES:
-        raise InvalidArgument(f"empty: shape {dims} holds {nbytes:.3g} bytes, more than an array can (8 EiB)")
+        span *= max(d, 1)  # numpy's strides must fit even where a 0 dim leaves nothing held
+    if span > MAX_TENSOR_BYTES:
+        held = f"holds {nbytes:.3g} bytes" if nbytes else f"holds nothing, but its other dims span {span:.3g} bytes"
+        raise InvalidArgument(f"empty: shape {dims} {held}, more than an array can (8 EiB)")
     return _in_arena(dims, like)
 
 

@@ -201,6 +201,14 @@ def test_empty_of_more_bytes_than_any_array_holds_is_refused_by_name(dtype):
     assert rs.empty((0, 1 << 40), dtype).shape == (0, 1 << 40)  # no elements, no bytes
 
 
+@pytest.mark.parametrize("dtype", [np.float32, torch.float32])
+def test_empty_with_a_zero_dim_beside_dims_past_any_array_is_refused_by_name(dtype):
+    # nothing held, but numpy's strides for 2^61 float32 would pass 8 EiB: it fails deep inside
+    with pytest.raises(rs.InvalidArgument, match=r"^empty: shape \(0, 2305843009213693952\) holds nothing, but its "
+                                                 r"other dims span 9\.22e\+18 bytes, more than an array can \(8 EiB\)"):
+        rs.empty((0, 1 << 61), dtype)
+
+
 @pytest.mark.parametrize("dtype", [object, "U4", [("a", "f4")], "datetime64[s]"])
 def test_empty_refuses_what_is_not_a_number_or_bool(dtype):
     with pytest.raises(rs.UnsupportedDType, match="numbers and bool only"):
