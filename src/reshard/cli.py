@@ -183,8 +183,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     status = run_demo(args.ranks, args.shape, src, dst, args.dtype, args.engine, args.lang, console, args.timeout)
     from .viz.scenes import change_scene
 
-    title = f"A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks: {src!r} -> {dst!r}"
-    _pictures(args, [change_scene(args.shape, args.ranks, src, dst, "redistribute")], title, console)
+    title = say("picture.title_demo", args.lang, rows=args.shape[0], cols=args.shape[1], ranks=args.ranks,
+                src=repr(src), dst=repr(dst))
+    _pictures(args, [change_scene(args.shape, args.ranks, src, dst, "redistribute", args.lang)], title, console)
     return status
 
 
@@ -216,7 +217,8 @@ def _demo_mesh(args: argparse.Namespace, console) -> int:
                                   args.timeout)
     if scene is not None:
         placements = f"{layout_text(src)} -> {layout_text(dst)}"
-        title = f"A[{args.shape[0]} x {args.shape[1]}] on a {'x'.join(map(str, args.mesh))} mesh: {placements}"
+        title = say("picture.title_mesh", args.lang, rows=args.shape[0], cols=args.shape[1],
+                    mesh="x".join(map(str, args.mesh)), placements=placements)
         _pictures(args, [scene], title, console)
     return status
 
@@ -253,8 +255,9 @@ def _explain_moe(args: argparse.Namespace) -> int:
     else:
         render_explain_moe(console, facts, args.lang)
     scenes = moe_scenes(facts["ids"], [[tuple(r) for r in rows] for rows in facts["expert_rows"]], args.hosts,
-                        lambda key, **kw: say(key, args.lang, **kw))
-    title = say("moe.flat.title", args.lang).split(",")[0] + f": {ranks} ranks, {args.hosts} hosts"
+                        lambda key, **kw: say(key, args.lang, **kw), args.lang)
+    title = say("picture.title_moe", args.lang, what=say("moe.flat.title", args.lang).split(",")[0], ranks=ranks,
+                hosts=args.hosts)
     _pictures(args, scenes, title, console if not args.json else make_console(True, stderr=True))
     return 0
 
@@ -284,8 +287,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(json.dumps(facts, indent=2, ensure_ascii=False))
     else:
         render_explain(console, facts, args.lang)
-    title = f"Five collectives on A[{args.shape[0]} x {args.shape[1]}] over {args.ranks} ranks"
-    scenes = [collective_scene(name, args.shape, args.ranks) for name in FIVE]
+    title = say("picture.title_explain", args.lang, rows=args.shape[0], cols=args.shape[1], ranks=args.ranks)
+    scenes = [collective_scene(name, args.shape, args.ranks, args.lang) for name in FIVE]
     _pictures(args, scenes, title, console if not args.json else make_console(True, stderr=True))
     return 0
 

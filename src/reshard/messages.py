@@ -54,21 +54,21 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "moe.flat.title": {"en": "MoE dispatch, flat", "ko": "MoE dispatch, 평면"},
     "moe.flat.caption": {
         "en": "Each (token, expert) pair goes straight to the expert's rank: {crossing} of {pairs} copies cross between hosts.",
-        "ko": "(token, expert) 쌍마다 expert의 rank로 곧장 간다: 사본 {pairs}개 중 {crossing}개가 host 사이를 건넌다.",
+        "ko": "(토큰, 전문가) 쌍마다 전문가의 rank로 곧장 간다: 사본 {pairs}개 중 {crossing}개가 host 사이를 건넌다.",
     },
     "moe.across.title": {"en": "Two levels, 1: across hosts", "ko": "두 단계, 1: host 사이"},
     "moe.across.caption": {
         "en": "Each token goes once to each other host holding one of its experts, to the rank with its local index "
               "there (right column): {crossing} copies cross between hosts.",
-        "ko": "token은 자기 expert가 있는 다른 host마다 한 번, 그 host의 같은 local index rank로 간다 (오른쪽 열): "
+        "ko": "토큰은 자기 전문가가 있는 다른 host마다 한 번, 그 host에서 같은 로컬 번호의 rank로 간다 (오른쪽 열): "
               "host 사이를 건너는 사본은 {crossing}개.",
     },
     "moe.inside.title": {"en": "Two levels, 2: inside each host", "ko": "두 단계, 2: 각 host 안"},
     "moe.inside.caption": {
         "en": "Each rank copies the tokens it holds to their experts on its own host; nothing crosses between hosts. "
               "The experts end with the same rows as on the flat path.",
-        "ko": "각 rank는 가진 token을 자기 host의 expert들에게 복사한다; host 사이로는 아무것도 건너지 않는다. "
-              "expert들은 평면 경로와 같은 행을 받는다.",
+        "ko": "각 rank는 가진 토큰을 자기 host의 전문가들에게 복사한다; host 사이로는 아무것도 건너지 않는다. "
+              "전문가들은 평면 경로와 같은 행을 받는다.",
     },
     "demo.title": {
         "en": "reshard demo: {collective} as a layout exchange of A[{rows} x {cols}] ({dtype}) on {ranks} local ranks ({engine})",
@@ -239,10 +239,63 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "meshplan.matrix": {"en": "traffic matrix (row: sender, column: receiver):", "ko": "트래픽 행렬 (행: 송신, 열: 수신):"},
     "cli.wrote": {"en": "wrote {path} ({what})", "ko": "{path} 작성 ({what})"},
     "cli.png": {"en": "PNG picture: before and after", "ko": "PNG 그림: 전과 후"},
+    # the pictures (PNG and HTML): their titles, each collective's scene, the legend
+    "picture.title_demo": {"en": "A[{rows} x {cols}] over {ranks} ranks: {src} -> {dst}",
+                           "ko": "A[{rows} x {cols}], rank {ranks}개: {src} -> {dst}"},
+    "picture.title_mesh": {"en": "A[{rows} x {cols}] on a {mesh} mesh: {placements}",
+                           "ko": "A[{rows} x {cols}], {mesh} mesh: {placements}"},
+    "picture.title_explain": {"en": "Five collectives on A[{rows} x {cols}] over {ranks} ranks",
+                              "ko": "rank {ranks}개에서 A[{rows} x {cols}]에 대한 다섯 collective"},
+    "picture.title_moe": {"en": "{what}: {ranks} ranks, {hosts} hosts", "ko": "{what}: rank {ranks}개, host {hosts}개"},
+    "picture.values": {"en": "rank {rank}'s values", "ko": "rank {rank}의 값"},
+    "picture.nothing": {"en": "nothing\n(None)", "ko": "없음\n(None)"},
+    "picture.change": {"en": "{src} -> {dst}", "ko": "{src} -> {dst}"},
+    "picture.change_mesh": {"en": "{src} -> {dst} on a {mesh} mesh", "ko": "{mesh} mesh에서 {src} -> {dst}"},
+    "scene.title.gather": {"en": "Gather (to rank 0)", "ko": "Gather (rank 0으로)"},
+    "scene.title.all_gather": {"en": "AllGather", "ko": "AllGather"},
+    "scene.title.reduce_scatter": {"en": "ReduceScatter (sum, by columns)", "ko": "ReduceScatter (합, 열 기준)"},
+    "scene.title.all_to_all": {"en": "AllToAll", "ko": "AllToAll"},
+    "scene.title.all_reduce": {"en": "AllReduce (sum)", "ko": "AllReduce (합)"},
+    "scene.caption.gather": {
+        "en": "Every rank sends its row block to rank 0, which ends with the whole matrix; the others get nothing.",
+        "ko": "모든 rank가 자기 행 블록을 rank 0에 보내고, rank 0이 행렬 전체를 갖는다. 나머지 rank는 아무것도 받지 않는다.",
+    },
+    "scene.caption.all_gather": {
+        "en": "Every rank sends its row block to every rank: each ends with the whole matrix (replicated).",
+        "ko": "모든 rank가 자기 행 블록을 모든 rank에 보낸다: 각 rank가 행렬 전체를 갖는다 (복제).",
+    },
+    "scene.caption.reduce_scatter": {
+        "en": "Every rank holds a full-size partial sum. Block column j of every rank goes to rank j and is added up "
+              "there: each rank ends with its columns of the sum.",
+        "ko": "모든 rank가 전체 크기의 부분합을 갖는다. 모든 rank의 열 블록 j가 rank j로 가서 더해진다: 각 rank는 "
+              "합의 자기 열을 갖는다.",
+    },
+    "scene.caption.all_to_all": {
+        "en": "Each rank cuts its row block by destination column range and sends piece j to rank j: each rank ends "
+              "with all rows of its own columns. Nothing is added, nothing is replicated.",
+        "ko": "각 rank가 자기 행 블록을 목적지 열 범위별로 잘라 조각 j를 rank j에 보낸다: 각 rank는 자기 열의 모든 "
+              "행을 갖는다. 더하는 것도 복제하는 것도 없다.",
+    },
+    "scene.caption.all_reduce": {
+        "en": "Every rank holds a full-size partial sum; every rank ends with the whole sum.",
+        "ko": "모든 rank가 전체 크기의 부분합을 갖는다. 모든 rank가 합 전체를 갖게 된다.",
+    },
+    "scene.legend.solid": {"en": "a block moved unchanged (coloured by the rank it came from)",
+                           "ko": "그대로 옮겨진 블록 (온 rank의 색)"},
+    "scene.legend.partial": {"en": "a partial sum: the ranks' values add up to the block",
+                             "ko": "부분합: rank들의 값을 더하면 블록이 된다"},
+    "scene.legend.sum": {"en": "the sum of every rank's partial values (stripes: whose)",
+                         "ko": "모든 rank 부분값의 합 (줄무늬: 누구의 값인지)"},
+    "page.style.solid": {"en": "solid: a block moved unchanged, coloured by the rank it came from",
+                         "ko": "단색: 그대로 옮겨진 블록, 온 rank의 색"},
+    "page.style.partial": {"en": "hatched: a partial sum", "ko": "빗금: 부분합"},
+    "page.style.sum": {"en": "\u03a3, striped: the sum of the ranks' partial values",
+                       "ko": "\u03a3, 줄무늬: rank들 부분값의 합"},
     "picture.no_korean_font": {
-        "en": "no font with Korean glyphs is installed, so the picture's Korean text shows as boxes "
-              "(Debian: apt-get install fonts-noto-cjk)",
-        "ko": "한글 글꼴이 설치되어 있지 않아 그림의 한글이 네모로 보인다 (Debian: apt-get install fonts-noto-cjk)",
+        "en": "no font with Korean glyphs was found, so the picture's Korean text shows as boxes: "
+              "pip install koreanize-matplotlib (it comes with reshard[plot]), or on Debian apt-get install fonts-noto-cjk",
+        "ko": "한글 글꼴을 찾지 못해 그림의 한글이 네모로 보인다: pip install koreanize-matplotlib "
+              "(reshard[plot]에 포함), 또는 Debian에서 apt-get install fonts-noto-cjk",
     },
     "cli.html": {"en": "HTML page: open it in a browser to play each exchange; add #final for the last frame",
                  "ko": "HTML 페이지: 브라우저에서 열면 교환을 재생한다; #final을 붙이면 마지막 장면"},

@@ -19,9 +19,9 @@ import numpy as np
 from . import validate
 from .comm import Comm
 from .errors import InvalidArgument, MismatchError, ReshardError
-from .execution import arena_reads, execute
+from .execution import arena_reads, coalesced, execute
 from .execution.agreement import compare_dims
-from .execution.arrays import resolved
+from .execution.arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, resolved, to_torch
 from .execution.call import Call, refuse, replay_or_new, wants_grad
 from .execution.hot_replay import MISS, replay_hot
 from .mesh import Mesh
@@ -348,9 +348,6 @@ def redistribute_many(xs: Any, src: Any, dst: Any, comm: Comm | None, mesh: Mesh
 def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mesh: Mesh | None, rule: str) -> list:
     """A many-tensor call's full path: validate every tensor, agree once, learn the global
     shapes, plan each tensor's part, run the program, keep it for the replays."""
-    from .execution import coalesced  # autograd (torch) only where a tensor is on the tape
-    from .execution.arrays import array_backend, check_array, dtype_name, is_numpy, is_torch, to_torch
-
     world = mesh is None
     mesh_shape = (call.size,) if world else mesh.shape
     coord = (call.rank,) if world else mesh.coord

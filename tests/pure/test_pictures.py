@@ -170,17 +170,106 @@ def test_the_legend_shows_only_what_is_drawn():
 
 
 
-def test_a_korean_picture_without_a_korean_font_gives_one_note_not_a_warning_per_glyph(tmp_path):
+def test_a_korean_picture_without_a_korean_font_gives_one_note_naming_what_to_install(tmp_path, monkeypatch):
     import warnings
 
-    from matplotlib import font_manager
-
-    has_font = any(f.name in viz.KOREAN_FONTS for f in font_manager.fontManager.ttflist)
+    monkeypatch.setattr(viz, "korean_fonts", lambda: [])  # a machine with no font with Hangul at all
     path = tmp_path / "ko.png"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        note = viz.draw_png(str(path), [change_scene((6, 6), 3, Shard(0), Shard(1), "redistribute")], "행 -> 열", "ko")
+        note = viz.draw_png(str(path), [change_scene((6, 6), 3, Shard(0), Shard(1), "redistribute", "ko")],
+                            "행 -> 열", "ko")
     assert path.stat().st_size > 0
     assert not [w for w in caught if "Glyph" in str(w.message)], [str(w.message) for w in caught][:3]
-    assert note is None if has_font else note.startswith("한글 글꼴이 설치되어 있지 않아") and "fonts-noto-cjk" in note
+    assert note.startswith("한글 글꼴을 찾지 못해") and "pip install koreanize-matplotlib" in note
+    assert "fonts-noto-cjk" in note and "\n" not in note
     assert viz.draw_png(str(path), [change_scene((6, 6), 3, Shard(0), Shard(1), "redistribute")], "row -> col") is None
+
+
+def test_a_korean_picture_draws_with_a_font_that_has_every_hangul_glyph_it_uses(tmp_path):
+    import warnings
+
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    fonts = viz.korean_fonts()  # the system's, else the one koreanize-matplotlib ([plot]) ships
+    assert fonts, "no font with Hangul: the [plot] extra's koreanize-matplotlib is missing"
+    face = FT2Font(font_manager.findfont(font_manager.FontProperties(family=fonts[0]), fallback_to_default=False))
+    words = "".join(t for t in _korean_texts(tmp_path) if t)
+    hangul = {c for c in words if "\uac00" <= c <= "\ud7a3"}
+    assert hangul and all(face.get_char_index(ord(c)) for c in hangul), sorted(hangul)[:10]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        note = viz.draw_png(str(tmp_path / "ko.png"), [collective_scene(n, (6, 6), 3, "ko") for n in FIVE], "다섯", "ko")
+    assert note is None and not [w for w in caught if "Glyph" in str(w.message)]
+
+
+# Words the Korean pages keep in Latin letters, as the Korean teaching text does: the names of
+# ranks, hosts, meshes, the collectives, the API's calls and placements, and block labels.
+_KEPT_IN_LATIN = {"rank", "host", "mesh", "collective", "MoE", "dispatch", "redistribute", "Gather", "AllGather",
+                  "ReduceScatter", "AllToAll", "AllReduce", "Shard", "Replicate", "Partial", "None", "row", "column",
+                  "x", "A"}
+
+
+def _english_words(text: str) -> list[str]:
+    import re
+
+    words = re.findall(r"[A-Za-z]+", re.sub(r"\b[A-Z]\d+\b", "", text))
+    return [w for w in words if w not in _KEPT_IN_LATIN and len(w) > 1]  # one letter: an index, as block j
+
+
+def _korean_texts(tmp_path) -> list[str]:
+    """Every text the Korean PNGs of the demo (world and mesh), explain and explain --moe draw."""
+    import functools
+
+    import matplotlib.figure
+
+    from reshard.messages import say
+    from reshard.viz.moe_scenes import moe_scenes
+    from reshard.viz.scenes import mesh_scene
+
+    drawn: list[str] = []
+    original = matplotlib.figure.Figure.savefig
+
+    def keep_texts(fig, *args, **kwargs):
+        drawn.extend(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+        return original(fig, *args, **kwargs)
+
+    ko = functools.partial(say, lang="ko")
+    pictures = [
+        ([change_scene((6, 6), 3, Shard(0), Shard(1), "redistribute", "ko")],
+         say("picture.title_demo", "ko", rows=6, cols=6, ranks=3, src="Shard(0)", dst="Shard(1)")),
+        ([mesh_scene((6, 6), (2, 2), (Shard(0), Shard(1)), (Shard(1), Shard(0)), "redistribute", "ko")],
+         say("picture.title_mesh", "ko", rows=6, cols=6, mesh="2x2", placements="(Shard(0), Shard(1)) -> ...")),
+        ([collective_scene(n, (6, 6), 3, "ko") for n in FIVE], say("picture.title_explain", "ko", rows=6, cols=6, ranks=3)),
+        (moe_scenes([[[1], [2]], [[0]], [[3, 0]], [[2]]], [[(1, 0), (2, 0)], [(0, 0)], [(0, 1), (3, 0)], [(2, 0)]], 2,
+                    lambda key, **kw: ko(key, **kw), "ko"),
+         say("picture.title_moe", "ko", what="MoE dispatch", ranks=4, hosts=2)),
+    ]
+    matplotlib.figure.Figure.savefig = keep_texts
+    try:
+        for scenes, title in pictures:
+            viz.draw_png(str(tmp_path / "ko.png"), scenes, title, "ko")
+            drawn.extend([s.caption for s in scenes] + [w for s in scenes for _, w in s.legend()])
+    finally:
+        matplotlib.figure.Figure.savefig = original
+    return drawn
+
+
+def test_every_word_of_a_korean_picture_is_korean(tmp_path):
+    texts = [t for t in _korean_texts(tmp_path) if t.strip()]
+    assert len(texts) > 50  # titles, box labels, blocks, legends, captions
+    english = {t: _english_words(t) for t in texts if _english_words(t)}
+    assert not english, english
+
+
+def test_a_korean_page_has_a_korean_title_and_legend(tmp_path):
+    from reshard.messages import say
+
+    page = tmp_path / "ko.html"
+    title = say("picture.title_explain", "ko", rows=6, cols=6, ranks=3)
+    viz.write_html(str(page), [collective_scene(n, (6, 6), 3, "ko") for n in FIVE], title, "ko")
+    text = page.read_text(encoding="utf-8")
+    head = text.split("<title>", 1)[1].split("</title>", 1)[0]
+    assert head == title and not _english_words(head)
+    assert "단색: 그대로 옮겨진 블록" in text and "solid: a block moved" not in text

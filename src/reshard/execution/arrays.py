@@ -306,6 +306,13 @@ def array_backend(name: str) -> Any:
 MOVABLE_KINDS = "biufc"  # numpy dtype kinds reshard moves: bool, ints, floats, complex
 
 
+def _is_masked(x: Any) -> bool:
+    # numpy.ma is imported only where it is used (its import takes 0.1-0.2 s); an array made
+    # before that import cannot be a masked one
+    ma = sys.modules.get("numpy.ma")
+    return ma is not None and isinstance(x, ma.MaskedArray)
+
+
 def check_array(x: Any, what: str = "x", need_dims: bool = True) -> None:
     """Reject what no op can take: non-arrays, 0-d inputs where a dim is named, sparse tensors."""
     if is_torch(x):
@@ -317,7 +324,7 @@ def check_array(x: Any, what: str = "x", need_dims: bool = True) -> None:
         )
     elif x.dtype.kind not in MOVABLE_KINDS:
         raise UnsupportedDType(f"{what} has dtype {x.dtype}, which reshard cannot move (numbers and bool only)")
-    elif isinstance(x, np.ma.MaskedArray):  # its mask would not move: the result would silently unmask
+    elif type(x) is not np.ndarray and _is_masked(x):  # its mask would not move: the result would unmask
         raise InvalidArgument(f"{what} is a masked array, whose mask reshard does not move; pass {what}.filled(value) "
                               f"or {what}.data, and move the mask (np.ma.getmaskarray) as an array of its own")
     if need_dims and x.ndim == 0:

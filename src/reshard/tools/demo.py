@@ -159,4 +159,4 @@ def run_demo_mesh(mesh_shape: tuple, shape: tuple[int, int], src: tuple, dst: tu
     if problems:
         return 1, None
     console.print(say("demo.ok_mesh", lang, ranks=size, placement=layout_text(dst)), style="bold green")
-    return 0, mesh_scene(shape, mesh_shape, src, dst, "redistribute")
+    return 0, mesh_scene(shape, mesh_shape, src, dst, "redistribute", lang)

@@ -24,7 +24,7 @@ def token_name(rank: int, t: int) -> str:
 
 
 def moe_scenes(ids: Sequence[Sequence[Sequence[int]]], experts_rows: Sequence[Sequence[tuple[int, int]]],
-               hosts: int, say: Say) -> list[Scene]:
+               hosts: int, say: Say, lang: str = "en") -> list[Scene]:
     """``ids[r][t]``: the experts of rank r's token t (one expert per rank: expert e is on rank
     e); ``experts_rows[d]``: the (source rank, token) of each row rank d's expert received, in
     order (what dispatch returned there)."""
@@ -75,9 +75,9 @@ def moe_scenes(ids: Sequence[Sequence[Sequence[int]]], experts_rows: Sequence[Se
     grid = (rows, 2)
     return [
         Scene("flat", say("moe.flat.title"), say("moe.flat.caption", crossing=crossing, pairs=len(flat_moves)), n, {},
-              tokens, placed, flat_moves, grid, labels),
+              tokens, placed, flat_moves, grid, labels, lang=lang),
         Scene("across", say("moe.across.title"), say("moe.across.caption", crossing=len(across_moves)), n, {},
-              tokens, between, across_moves, grid, labels),
+              tokens, between, across_moves, grid, labels, lang=lang),
         Scene("inside", say("moe.inside.title"), say("moe.inside.caption"), n, {}, between, placed, inside_moves,
-              grid, labels),
+              grid, labels, lang=lang),
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,7 +67,33 @@ def page_size(n: int, grid: tuple[int, int] | None = None, boxes: tuple[int, int
 
 # -- PNG -------------------------------------------------------------------------------------
 
-KOREAN_FONTS = ("Noto Sans CJK KR", "NanumGothic")
+KOREAN_FONTS = ("Noto Sans CJK KR", "NanumGothic")  # Debian's fonts-noto-cjk; the one koreanize-matplotlib ships
+KOREAN_FONT_PACKAGE = "koreanize_matplotlib"  # in reshard's [plot] extra: it carries Nanum Gothic
+
+
+def korean_fonts() -> list[str]:
+    """The fonts with Hangul that matplotlib can draw with: those installed on the system, else
+    the Nanum Gothic that koreanize-matplotlib ships (added to matplotlib's list, not imported:
+    importing that package changes matplotlib's default font for the whole process)."""
+    import importlib.util
+    import os
+
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    found = [f for f in KOREAN_FONTS if f in installed]
+    if found:
+        return found
+    spec = importlib.util.find_spec(KOREAN_FONT_PACKAGE)  # finds the folder without running the package
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        faces = [os.path.join(folder, "fonts", name) for name in ("NanumGothic.ttf", "NanumGothicBold.ttf")]
+        if os.path.exists(faces[0]):
+            for face in faces:  # the regular face and the bold one (titles and labels are bold)
+                if os.path.exists(face):
+                    font_manager.fontManager.addfont(face)
+            return ["NanumGothic"]
+    return []
 
 
 def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -> str | None:
@@ -80,18 +107,21 @@ def draw_png(path: str, scenes: Sequence[Scene], title: str, lang: str = "en") -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # Korean captions draw with a CJK font where one is installed (Debian: fonts-noto-cjk);
-    # matplotlib falls back along the list glyph by glyph
-    from matplotlib import font_manager
-
-    installed = {f.name for f in font_manager.fontManager.ttflist}
-    korean = [f for f in KOREAN_FONTS if f in installed]
+    # matplotlib falls back along the list glyph by glyph: Latin from DejaVu, Hangul from the next
+    korean = korean_fonts() if lang == "ko" else []
     plt.rcParams["font.family"] = ["DejaVu Sans", *korean]
     note = say("picture.no_korean_font", lang) if lang == "ko" and not korean else None
-    with warnings.catch_warnings():
-        if note is not None:  # one note, not matplotlib's warning for every glyph it lacks
-            warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
-        _draw_scenes(plt, path, scenes, title, lang)
+    # Nanum Gothic's bold face says it weighs 600, not 700: matplotlib takes it, with a log line each time
+    fonts_log = logging.getLogger("matplotlib.font_manager")
+    level = fonts_log.level
+    fonts_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            if note is not None:  # one note, not matplotlib's warning for every glyph it lacks
+                warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+            _draw_scenes(plt, path, scenes, title, lang)
+    finally:
+        fonts_log.setLevel(level)
     return note
 
 
@@ -103,23 +133,23 @@ def _draw_scenes(plt: Any, path: str, scenes: Sequence[Scene], title: str, lang:
     fig, axes = plt.subplots(len(scenes), 2, figsize=(2 * (0.6 + 0.8 * across * (cols + 1)), height), squeeze=False)
     for row, scene in zip(axes, scenes):
         for ax, (when, cells) in zip(row, (("before", scene.before), ("after", scene.after))):
-            _draw_boxes(ax, scene, cells)
+            _draw_boxes(ax, scene, cells, lang)
             said = WORDS.get(lang, WORDS["en"])[when]
             ax.set_title(f"{scene.title}: {said}" if when == "before" else said, loc="left", fontsize=13,
                          fontweight="bold" if when == "before" else "normal")
-    fig.legend(handles=legend_entries(scenes), loc="lower center", ncol=min(n + 2, 4), fontsize=11, frameon=False)
+    fig.legend(handles=legend_entries(scenes, lang), loc="lower center", ncol=min(n + 2, 4), fontsize=11, frameon=False)
     fig.suptitle(title, fontsize=14)
     fig.tight_layout(rect=(0, 0.85 / height, 1, 1 - 0.35 / height))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def legend_entries(scenes: Sequence[Scene]) -> list:
+def legend_entries(scenes: Sequence[Scene], lang: str = "en") -> list:
     """The legend's swatches: one per rank (a solid block takes the colour of the rank its values
     came from), and one for each other style a scene draws, looking as it is drawn."""
     from matplotlib.patches import Patch
 
-    handles = [Patch(fc=rank_colour(r), label=f"rank {r}'s values") for r in range(scenes[0].n)]
+    handles = [Patch(fc=rank_colour(r), label=say("picture.values", lang, rank=r)) for r in range(scenes[0].n)]
     words = dict(w for scene in scenes for w in scene.legend())
     if "partial" in words:
         handles.append(Patch(fc="white", ec=rank_colour(0), hatch="////", lw=1.5, label=words["partial"]))
@@ -128,7 +158,7 @@ def legend_entries(scenes: Sequence[Scene]) -> list:
     return handles
 
 
-def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]]) -> None:
+def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]], lang: str = "en") -> None:
     from matplotlib.patches import Rectangle
 
     n = scene.n
@@ -143,7 +173,7 @@ def _draw_boxes(ax, scene: Scene, cells: dict[int, list[Cell]]) -> None:
         ax.text(ox + cols / 2, oy - 0.3, scene.label(r), ha="center", va="bottom", color=rank_colour(r),
                 fontweight="bold", fontsize=12)
         if r not in cells:
-            ax.text(ox + cols / 2, oy + rows / 2, "nothing\n(None)", ha="center", va="center", color="#888888",
+            ax.text(ox + cols / 2, oy + rows / 2, say("picture.nothing", lang), ha="center", va="center", color="#888888",
                     fontsize=11)
             continue
         for c in cells[r]:
@@ -214,6 +244,7 @@ def write_html(path: str, scenes: Sequence[Scene], title: str, lang: str = "en")
     )
     ranks = "".join(f'<span class="key"><i style="background:{rank_colour(r)}"></i>rank {r}</span>' for r in range(n))
     data = json.dumps([_scene_json(s) for s in scenes], ensure_ascii=False)
+    words = {**words, "styles": {k: say(f"page.style.{k}", lang) for k in ("solid", "partial", "sum")}}
     with open(path, "w", encoding="utf-8") as f:
         f.write(_PAGE.format(title=html.escape(title), width=width, height=height, x=MARGIN_X, cell=CELL,
                              inner=CELL - 6, boxes=boxes, ranks=ranks, data=data, words=json.dumps(words, ensure_ascii=False),
@@ -273,9 +304,7 @@ function block(x, y, name, style, colours, cls) {{
 }}
 function clear() {{ for (const d of Array.from(document.querySelectorAll(".drawn"))) d.remove(); }}
 function legend(s) {{
-  const words = {{solid: "solid: a block moved unchanged, coloured by the rank it came from",
-    partial: "hatched: a partial sum", sum: "\\u03a3, striped: the sum of the ranks' partial values"}};
-  document.getElementById("styles").textContent = s.legend.map(l => words[l[0]]).join("; ");
+  document.getElementById("styles").textContent = s.legend.map(l => W.styles[l[0]]).join("; ");
 }}
 function show(which) {{
   const s = scenes[k]; clear(); phase = which;

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+from ..messages import placement_words, say
 from ..planning.layout import (
     Partial,
     Placement,
@@ -26,17 +27,6 @@ from ..planning.spec import layout_text
 from .blocks import block_name, blocks, holders
 
 FIVE = ("gather", "all_gather", "reduce_scatter", "all_to_all", "all_reduce")
-TITLES = {"gather": "Gather (to rank 0)", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter (sum, by columns)",
-          "all_to_all": "AllToAll", "all_reduce": "AllReduce (sum)"}
-CAPTIONS = {
-    "gather": "Every rank sends its row block to rank 0, which ends with the whole matrix; the others get nothing.",
-    "all_gather": "Every rank sends its row block to every rank: each ends with the whole matrix (replicated).",
-    "reduce_scatter": "Every rank holds a full-size partial sum. Block column j of every rank goes to rank j and is "
-                      "added up there: each rank ends with its columns of the sum.",
-    "all_to_all": "Each rank cuts its row block by destination column range and sends piece j to rank j: each rank "
-                  "ends with all rows of its own columns. Nothing is added, nothing is replicated.",
-    "all_reduce": "Every rank holds a full-size partial sum; every rank ends with the whole sum.",
-}
 
 
 @dataclass(frozen=True)
@@ -74,6 +64,7 @@ class Scene:
     labels: tuple[str, ...] | None = None  # each rank's box label; default "rank r"
     boxes: tuple[int, int] | None = None  # how the ranks' boxes are laid out (rows, cols): a mesh's grid
     sizes: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # elements in each block row and column
+    lang: str = "en"  # the language of its words (title, caption, legend)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -99,11 +90,8 @@ class Scene:
 
     def legend(self) -> list[tuple[str, str]]:
         """(style, words) for the styles this scene uses, in order."""
-        words = {"solid": "a block moved unchanged (coloured by the rank it came from)",
-                 "partial": "a partial sum: the ranks' values add up to the block",
-                 "sum": "the sum of every rank's partial values (stripes: whose)"}
         used = {c.style for cells in (*self.before.values(), *self.after.values()) for c in cells}
-        return [(s, words[s]) for s in ("solid", "partial", "sum") if s in used]
+        return [(s, say(f"scene.legend.{s}", self.lang)) for s in ("solid", "partial", "sum") if s in used]
 
 
 def _edges(sizes: tuple[int, ...], units: int) -> list[float]:
@@ -121,7 +109,7 @@ def mesh_boxes(mesh_shape: tuple[int, ...]) -> tuple[int, int]:
     return max(1, int(prod(mesh_shape)) // max(across, 1)), across
 
 
-def collective_scene(name: str, shape: tuple[int, int], n: int) -> Scene:
+def collective_scene(name: str, shape: tuple[int, int], n: int, lang: str = "en") -> Scene:
     """One of the five collectives on the matrix: the movement collectives start row-sharded,
     the reduce collectives from full-size partial sums."""
     grid = blocks(shape, n)
@@ -148,10 +136,12 @@ def collective_scene(name: str, shape: tuple[int, int], n: int) -> Scene:
                 if d != i:
                     moves.append(Move(i, j, i, d))
     sizes = (tuple(shard_sizes(shape[0], n)), tuple(shard_sizes(shape[1], n)))
-    return Scene(name, TITLES[name], CAPTIONS[name], n, names, before, after, moves, sizes=sizes)
+    return Scene(name, say(f"scene.title.{name}", lang), say(f"scene.caption.{name}", lang), n, names, before, after,
+                 moves, sizes=sizes, lang=lang)
 
 
-def change_scene(shape: tuple[int, int], n: int, src: Placement, dst: Placement, title: str) -> Scene:
+def change_scene(shape: tuple[int, int], n: int, src: Placement, dst: Placement, title: str,
+                 lang: str = "en") -> Scene:
     """Any layout change of the matrix (``reshard demo``): src's cells, dst's cells coloured by
     where their values came from, and the copies that travel."""
     grid = blocks(shape, n)
@@ -177,20 +167,20 @@ def change_scene(shape: tuple[int, int], n: int, src: Placement, dst: Placement,
             after[d].append(Cell(i, j, s))
             if s != d:
                 moves.append(Move(i, j, s, d))
-    caption = f"{_words(src)} -> {_words(dst)}"
+    caption = say("picture.change", lang, src=_words(src, lang), dst=_words(dst, lang))
     sizes = (tuple(shard_sizes(shape[0], n)), tuple(shard_sizes(shape[1], n)))
-    return Scene("change", title, caption, n, names, before, after, moves, sizes=sizes)
+    return Scene("change", title, caption, n, names, before, after, moves, sizes=sizes, lang=lang)
 
 
-def _words(p: Placement) -> str:
+def _words(p: Placement, lang: str) -> str:
+    """A placement of the matrix in words: row- or column-sharded, replicated, partial sums."""
     if isinstance(p, Shard):
-        return f"{'row' if p.dim % 2 == 0 else 'column'}-sharded ({p!r})"
-    if isinstance(p, Partial):
-        return f"partial sums ({p!r})"
-    return "replicated (Replicate())"
+        return placement_words(Shard(p.dim % 2), lang)
+    return placement_words(Partial() if isinstance(p, Partial) else Replicate(), lang)
 
 
-def mesh_scene(shape: tuple[int, int], mesh_shape: tuple[int, ...], src: tuple, dst: tuple, title: str) -> Scene:
+def mesh_scene(shape: tuple[int, int], mesh_shape: tuple[int, ...], src: tuple, dst: tuple, title: str,
+               lang: str = "en") -> Scene:
     """A layout change of the matrix on a process mesh (``reshard demo --mesh``): the matrix cut at
     every boundary of both layouts, so each block is wholly held or not; each block after the
     change coloured by the rank that sent it (or kept it), as ``MeshPlan`` decides."""
@@ -240,7 +230,8 @@ def mesh_scene(shape: tuple[int, int], mesh_shape: tuple[int, ...], src: tuple, 
             else:
                 after[q].append(Cell(i, j, origin, "partial" if partial_after else "solid"))
     labels = tuple(f"rank {r} {tuple(plan.exchange.coord(r))}" for r in range(size))
-    caption = f"{layout_text(src)} -> {layout_text(dst)} on a {'x'.join(map(str, mesh_shape))} mesh"
+    caption = say("picture.change_mesh", lang, src=layout_text(src), dst=layout_text(dst),
+                  mesh="x".join(map(str, mesh_shape)))
     sizes = (tuple(b - a for a, b in rows), tuple(b - a for a, b in cols))
     return Scene("change", title, caption, size, names, before, after, moves, (len(rows), len(cols)), labels,
-                 mesh_boxes(mesh_shape), sizes)
+                 mesh_boxes(mesh_shape), sizes, lang)
