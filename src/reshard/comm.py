@@ -12,7 +12,7 @@ from typing import Any
 
 from . import settings
 from .engines.available import ENGINES, default_engine, unusable
-from .errors import InvalidArgument, MissingDependency
+from .errors import WORLD, InvalidArgument, MissingDependency, RankNames
 from .execution import handles
 from .execution.buffers import release_buffers
 from .execution.replay_cache import ReplayCache
@@ -67,6 +67,8 @@ class Comm:
         self.pipeline_lane: Comm | None = None  # rs.moe.pipeline's communicator for its combines
         self.closed = False  # close() ran: its engine's resources are gone, and a call on it is refused
         self.pid = os.getpid()  # a forked child shares its engine's sockets and memory: it may not call on it
+        # how messages name its ranks: the world's numbers, with a mesh dim's own beside (Mesh.sub)
+        self.rank_names: RankNames = getattr(primitives, "rank_names", WORLD)
         _LIVE.add(self)
         _settle_heap()
         if check and self.engine == "mpi":

@@ -6,7 +6,7 @@ at fault, so a job never ends with one rank reporting and the others hanging.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 def ranks_text(ranks: Iterable[int], word: bool = True) -> str:
@@ -25,6 +25,36 @@ def ranks_text(ranks: Iterable[int], word: bool = True) -> str:
     if not word:
         return body
     return ("rank " if len(ranks) == 1 else "ranks ") + body
+
+
+class RankNames:
+    """How messages name a communicator's ranks: as the world (the job) numbers them, with the
+    rank in the communicator beside, where the two differ (a mesh dim's communicator:
+    ``rank 2 (tp rank 0)``). ``world[q]`` is rank q's world rank; None: the world itself."""
+
+    def __init__(self, world: Sequence[int] | None = None, label: str = ""):
+        self.world = None if world is None else [int(w) for w in world]
+        self.label = label
+
+    def world_rank(self, rank: int) -> int:
+        return rank if self.world is None else self.world[rank]
+
+    def same(self) -> bool:
+        """True where the communicator's ranks are the world's, numbered as there."""
+        return self.world is None or self.world == list(range(len(self.world)))
+
+    def one(self, rank: int) -> str:
+        return self.many([rank])
+
+    def many(self, ranks: Iterable[int]) -> str:
+        ranks = sorted(ranks)
+        if self.same():
+            return ranks_text(ranks)
+        inside = f"{self.label} {ranks_text(ranks)}" if self.label else f"{ranks_text(ranks)} here"
+        return f"{ranks_text(self.world_rank(q) for q in ranks)} ({inside})"
+
+
+WORLD = RankNames()  # a world communicator's ranks, named by their own numbers
 
 
 class ReshardError(Exception):

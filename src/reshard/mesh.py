@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .comm import Comm, current
-from .errors import InvalidArgument
+from .errors import InvalidArgument, RankNames
 from .execution import handles
 from .execution.tracebacks import public_call
 from .planning.layout import check_int, ravel, unravel
@@ -84,6 +84,8 @@ class Mesh:
                     groups.append(members)
             primitives = self.comm.primitives.subgroup(groups)
             members = next(g for g in groups if self.comm.rank in g)
+            parent = self.comm.rank_names
+            primitives.name_ranks(RankNames([parent.world_rank(q) for q in members], self.names[m]))
             sub = Comm(primitives, check=self.comm.check, timeout=self.comm.timeout,
                        hosts=[self.comm.hosts[q] for q in members])
             sub.activity = self.comm.activity

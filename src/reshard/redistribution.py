@@ -377,7 +377,8 @@ def _many_first(call: Call, xs: list, srcs: list, dsts: list, gshapes: list, mes
         mine = validate.crc(value)
         call.arg_text[name] = lambda d, v=value, m=mine: repr(v) if d == m else "another value"
     call.per_tensor = {"tensors": ("dtype and dims", described), "layouts": ("layout", texts),
-                       "global_shape": ("global_shape", [repr(g) for g in given])}
+                       "global_shape": ("global_shape", [repr(g) for g in given]),
+                       "input": (described, [str(list(getattr(x, "shape", ()))) for x in xs])}
     # every rank's shapes where a tensor's global shape is not given, on a first call: its split
     # dims give the global shape (a replay needs them too: ``need_shapes``), and its other dims
     # must be the same on every rank (a list's records carry no shapes, so this is where a

@@ -78,6 +78,10 @@ def many_bad(comm, case):
         dst = [rs.Shard(1), rs.Shard(1), rs.Spec(None, None, 0) if comm.rank == 2 else rs.Shard(1)]
     if case == "count on rank 1" and comm.rank == 1:
         xs = xs[:2]
+    if case.startswith("middle tensor missing on rank 1"):
+        xs[2] = np.zeros((8, 3), np.float32)
+        if comm.rank == 1:
+            del xs[1]
     if case == "one tensor on rank 1" and comm.rank == 1:
         xs = xs[0]
     if case.startswith("empty list on rank 1") and comm.rank == 1:

@@ -1158,3 +1158,24 @@ def traceback_files(comm):
                 out[name, full] = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
     del os.environ["RESHARD_TRACEBACK"]
     return out
+
+
+def on_a_mesh_dim(comm, case):
+    """A bad input on a mesh built over a 2x2 mesh's "tp" communicator: the error's text here."""
+    mesh = rs.Mesh((2, 2), ("dp", "tp"))
+    tp = rs.Mesh((2,), ("tp",), comm=mesh.sub("tp"))
+    x = np.zeros((4, 4), np.float64 if case == "dtype on world rank 2" and comm.rank == 2 else np.float32)
+    dst = rs.Shard(5) if case == "bad dim on world rank 3" and comm.rank == 3 else rs.Shard(1)
+    try:
+        rs.redistribute(x, rs.Shard(0), dst, mesh=tp)
+    except rs.ReshardError as exc:
+        return str(exc)
+    return "ok"
+
+
+def different_collectives(comm):
+    """Rank 0 calls all_to_all where the others call all_gather."""
+    x = np.zeros((comm.size, 4), np.float32)
+    if comm.rank == 0:
+        return rs.all_to_all(x, 1, 0)
+    return rs.all_gather(x)

@@ -100,7 +100,13 @@ def test_gradients_and_started_calls_as_for_one_tensor():
     ("bad dim on rank 0", "InvalidArgument", "tensor 1"),
     ("Spec past the dims on rank 2", "InvalidArgument",
      "tensor 2: dst Spec(None, None, 0) splits tensor dim 2, but the tensor is 2-d (dims 0..1)"),
-    ("count on rank 1", "MismatchError", "input differs across ranks: ranks 0, 2: a list of 3 tensors; rank 1: a list of 2"),
+    ("count on rank 1", "MismatchError", "input differs across ranks: ranks 0, 2: a list of 3 tensors; rank 1: a list of 2 "
+                                         "tensors; the lists part at tensor 2: ranks 0, 2: float32 2-d [4, 6]; rank 1: none "
+                                         "(its list ends at 2 tensors)"),
+    ("middle tensor missing on rank 1", "MismatchError", "the lists part at tensor 1: ranks 0, 2: float32 2-d [4, 6]; "
+                                                         "rank 1: float32 2-d [8, 3]"),
+    ("middle tensor missing on rank 1, check off", "MismatchError", "the lists part at tensor 1: ranks 0, 2: "
+                                                                    "float32 2-d [4, 6]; rank 1: float32 2-d [8, 3]"),
     ("one tensor on rank 1", "MismatchError", "input differs across ranks: ranks 0, 2: a list of 3 tensors; rank 1: one tensor"),
     ("empty list on rank 1", "MismatchError", "ranks 0, 2: a list of 3 tensors; rank 1: an empty list"),
     ("empty list on rank 1, check off", "MismatchError", "ranks 0, 2: a list of 3 tensors; rank 1: an empty list"),

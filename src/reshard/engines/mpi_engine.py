@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import CommTimeout, RankFailed
+from ..errors import WORLD, CommTimeout, RankFailed, RankNames
 from ..execution.arrays import array_backend
 from ..planning.steps import AllToAll, ExchangeBoxes
 from .arena_link import close_links
@@ -52,6 +52,7 @@ def as_buffer(a: Any) -> Any:
 class MPIEngine:
     arrays_name = "numpy"
     name = "mpi"
+    rank_names: RankNames = WORLD  # how messages name its ranks (``name_ranks``)
 
     def __init__(self, mpi_comm: Any, timeout: float, owns: bool):
         self.mpi_comm = mpi_comm
@@ -75,7 +76,7 @@ class MPIEngine:
 
     def _failed(self, what: str, exc: Any) -> RankFailed:
         text = exc.Get_error_string().strip().splitlines()[0]
-        return RankFailed(f"rank {self.rank}: {what} failed in MPI ({text})")
+        return RankFailed(f"{self.rank_names.one(self.rank)}: {what} failed in MPI ({text})")
 
     def _wait(self, req: Any, what: str) -> None:
         """Poll ``req`` until done or the timeout, pausing as ``shm_notes.Poll`` does (a few
@@ -84,7 +85,7 @@ class MPIEngine:
         while not req.Test():
             if poll.expired():
                 raise CommTimeout(
-                    f"rank {self.rank}: {what} waited more than {self.timeout:g} s for its peers "
+                    f"{self.rank_names.one(self.rank)}: {what} waited more than {self.timeout:g} s for its peers "
                     f"(a rank never reached this collective)"
                 )
             poll.pause()
@@ -365,6 +366,12 @@ class MPIEngine:
             sub = self.mpi_comm.Split(color, key)
         sub.Set_errhandler(MPI.ERRORS_RETURN)
         return MPIEngine(sub, self.timeout, owns=True)
+
+    def name_ranks(self, names: RankNames) -> None:
+        """Name this group's ranks in messages as ``names`` does (a mesh dim's: world ranks)."""
+        self.rank_names = names
+        if self._board:
+            self._board.rank_names = names
 
     def barrier(self) -> None:
         with self._guard("barrier"):

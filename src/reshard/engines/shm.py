@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import settings
-from ..errors import CommTimeout, RankFailed, ranks_text
+from ..errors import WORLD, CommTimeout, RankFailed, RankNames, ranks_text
 from .shared_pages import map_file
 from .shm_notes import Mailbox, Poll, alive, spins_for, usable_here
 
@@ -260,6 +260,8 @@ class VoteBoard:
     (``two_level``; ``across`` is given to the leader):
     one small exchange among one rank per host instead of one among all."""
 
+    rank_names: RankNames = WORLD  # how messages name the ranks (the engine's ``name_ranks``)
+
     def __init__(self, mine: np.ndarray, peers: dict[int, np.ndarray], pids: dict[int, int], rank: int, timeout: float,
                  two_level: bool = False, across: Callable[[np.ndarray], np.ndarray] | None = None,
                  leaders: Sequence[int] = ()) -> None:
@@ -353,7 +355,7 @@ class VoteBoard:
                     try:
                         board = next(iter(self._wait_for(leader, res, seq, within=LEADER_GRACE)))
                     except CommTimeout:
-                        raise CommTimeout(f"rank {self.rank}: the check's vote had no result within "
+                        raise CommTimeout(f"{self.rank_names.one(self.rank)}: the check's vote had no result within "
                                           f"{self.timeout + LEADER_GRACE:g} s from rank {self.leader}, this host's "
                                           "lowest, which waits on the other hosts' lowest ranks") from None
                 result, note = board[res + 1 : res + 3].copy(), int(board[res + 3])
@@ -392,22 +394,22 @@ class VoteBoard:
         if note & _LEADERS_SILENT:
             others = [q for q in self.leaders if q != self.leader]
             named = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {ranks_text(others, word=False)}"
-            raise CommTimeout(f"rank {self.rank}: the check's vote among the hosts' lowest ranks "
+            raise CommTimeout(f"{self.rank_names.one(self.rank)}: the check's vote among the hosts' lowest ranks "
                               f"({', '.join(map(str, self.leaders))}) ran out of time (seen by rank {self.leader}, "
                               f"this host's lowest): {named} never reached this collective, or a rank of its host "
                               "never voted")
         if note & _LEADERS_FAILED:
-            raise RankFailed(f"rank {self.rank}: the check's vote among the hosts' lowest ranks failed "
+            raise RankFailed(f"{self.rank_names.one(self.rank)}: the check's vote among the hosts' lowest ranks failed "
                              f"(seen by rank {self.leader}, this host's lowest): a rank of another host may have ended")
         if note & _GONE:
-            raise RankFailed(f"rank {self.rank}: the check's vote found rank {who} gone (its process ended; {seen})",
+            raise RankFailed(f"{self.rank_names.one(self.rank)}: the check's vote found {self.rank_names.one(who)} gone (its process ended; {seen})",
                              {who: "its process ended"})
         if note & _CLOSED:
-            raise RankFailed(f"rank {self.rank}: rank {who} closed the communicator (its job returned) without "
+            raise RankFailed(f"{self.rank_names.one(self.rank)}: {self.rank_names.one(who)} closed the communicator (its job returned) without "
                              f"joining this collective ({seen})", {who: "closed the communicator"})
         if note & _SILENT:
-            raise CommTimeout(f"rank {self.rank}: the check's vote waited more than "
-                              f"{self.timeout * LEADER_WAIT_SHARE:g} s for rank {who} (a rank never reached this "
+            raise CommTimeout(f"{self.rank_names.one(self.rank)}: the check's vote waited more than "
+                              f"{self.timeout * LEADER_WAIT_SHARE:g} s for {self.rank_names.one(who)} (a rank never reached this "
                               f"collective; {seen})")
 
     def _wait_for(self, boards: dict[int, np.ndarray], at: int, seq: int, noted: list[int] | None = None,
@@ -439,11 +441,11 @@ class VoteBoard:
                         noted.extend([_GONE, dead[0]] if dead else [_CLOSED, closed[0]])
                         return ready
                     if dead:
-                        raise RankFailed(f"rank {self.rank}: the check's vote found {ranks_text(dead)} gone "
+                        raise RankFailed(f"{self.rank_names.one(self.rank)}: the check's vote found {self.rank_names.many(dead)} gone "
                                          "(process ended)",
                                          dict.fromkeys(dead, "its process ended"))
                     if closed:
-                        raise RankFailed(f"rank {self.rank}: {ranks_text(closed)} closed "
+                        raise RankFailed(f"{self.rank_names.one(self.rank)}: {self.rank_names.many(closed)} closed "
                                          "the communicator (their job returned) without joining this collective",
                                          dict.fromkeys(closed, "closed the communicator"))
                 if poll.expired():
@@ -451,8 +453,8 @@ class VoteBoard:
                         noted.extend([_SILENT, min(waiting)])
                         return ready
                     raise CommTimeout(
-                        f"rank {self.rank}: the check's vote waited more than {poll.timeout:g} s for "
-                        f"{ranks_text(waiting)} (a rank never reached this collective)")
+                        f"{self.rank_names.one(self.rank)}: the check's vote waited more than {poll.timeout:g} s for "
+                        f"{self.rank_names.many(waiting)} (a rank never reached this collective)")
         return ready
 
     def _raise_local_silence(self, at: int, seq: int) -> None:
@@ -461,8 +463,8 @@ class VoteBoard:
         else nothing (the leader voted and waits on the other hosts)."""
         silent = sorted(q for q, board in self.peers.items() if board[at] < seq)  # a slot holds seq or seq - 2
         if silent:
-            raise CommTimeout(f"rank {self.rank}: the check's vote waited more than {self.timeout:g} s for "
-                              f"{ranks_text(silent)} (a rank never reached this collective)")
+            raise CommTimeout(f"{self.rank_names.one(self.rank)}: the check's vote waited more than {self.timeout:g} s for "
+                              f"{self.rank_names.many(silent)} (a rank never reached this collective)")
 
     def _closed(self, peer: int) -> bool:
         """Whether ``peer`` closed its board (a same-host peer's; one across hosts is not seen)."""

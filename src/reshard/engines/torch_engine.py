@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import CommTimeout, RankFailed
+from ..errors import WORLD, CommTimeout, RankFailed, RankNames
 from ..execution import phases
 from ..execution.arrays import array_backend
 from ..execution.pieces import exchange_packed, pack
@@ -48,16 +48,18 @@ def as_bytes(buf: Any) -> Any:
     return buf.view(torch.uint8)
 
 
-def engine_error(exc: BaseException, what: str, rank: int, timeout: float) -> CommTimeout | RankFailed:
-    """The engine's error as a CommTimeout / RankFailed that says what happened."""
+def engine_error(exc: BaseException, what: str, rank: int | str, timeout: float) -> CommTimeout | RankFailed:
+    """The engine's error as a CommTimeout / RankFailed that says what happened (``rank``: the
+    rank's number, or its name as ``RankNames`` gives it)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    me = rank if isinstance(rank, str) else f"rank {rank}"
     if any(w in text.lower() for w in _TIMEOUT_WORDS):
-        return CommTimeout(f"rank {rank}: {what} waited more than {timeout:g} s for its peers ({text})")
-    return RankFailed(f"rank {rank}: {what} failed because a peer rank died or disconnected ({text})")
+        return CommTimeout(f"{me}: {what} waited more than {timeout:g} s for its peers ({text})")
+    return RankFailed(f"{me}: {what} failed because a peer rank died or disconnected ({text})")
 
 
 @contextlib.contextmanager
-def engine_errors(what: str, rank: int, timeout: float) -> Iterator[None]:
+def engine_errors(what: str, rank: int | str, timeout: float) -> Iterator[None]:
     """Turn the engine's RuntimeErrors into CommTimeout / RankFailed that say what happened."""
     try:
         yield
@@ -67,6 +69,7 @@ def engine_errors(what: str, rank: int, timeout: float) -> Iterator[None]:
 
 class TorchEngine:
     arrays_name = "torch"
+    rank_names: RankNames = WORLD  # how messages name its ranks (``name_ranks``)
 
     def __init__(self, group: Any, rank: int, size: int, name: str, timeout: float, owns_group: bool):
         self.group = group
@@ -143,7 +146,7 @@ class TorchEngine:
         return outbox.take(count * like.element_size()).view(like.dtype)  # its growth: counted by the exchange
 
     def _guard(self, what: str):
-        return engine_errors(what, self.rank, self.timeout)
+        return engine_errors(what, self.rank_names.one(self.rank), self.timeout)
 
     def all_to_all_form(self, call: CallState, x: Any, geometry: AllToAll) -> ExchangeRun:
         """gloo: one message per peer; NCCL (or gloo with ``pairwise`` off): pack, one
@@ -249,7 +252,7 @@ class TorchEngine:
             for work in works:
                 work.wait()
         except _ENGINE_FAILURES as exc:
-            raise engine_error(exc, what, self.rank, self.timeout) from exc
+            raise engine_error(exc, what, self.rank_names.one(self.rank), self.timeout) from exc
         finally:
             if local is not None:
                 local.outbox.cursor = 0
@@ -257,7 +260,7 @@ class TorchEngine:
                     tally.allocated += local.outbox.unreported
                     local.outbox.unreported = 0
         if failed is not None:
-            raise RankFailed(f"rank {self.rank}: {what}: {failed}")
+            raise RankFailed(f"{self.rank_names.one(self.rank)}: {what}: {failed}")
 
     def start_allgather_bytes(self, send: Any, what: str) -> Callable[[], Any]:
         """``allgather_bytes``, run now: the result is ready when this returns.
@@ -321,6 +324,12 @@ class TorchEngine:
                     mine = (g, list(members).index(self.rank), len(members))
         group, rank, size = mine
         return TorchEngine(group, rank, size, self.name, self.timeout, owns_group=False).open_local_peers()
+
+    def name_ranks(self, names: RankNames) -> None:
+        """Name this group's ranks in messages as ``names`` does (a mesh dim's: world ranks)."""
+        self.rank_names = names
+        if self.board is not None:
+            self.board.rank_names = names
 
     def barrier(self) -> None:
         with self._guard("barrier"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ERROR_CODES, InvalidArgument, MismatchError, ReshardError, error_code, ranks_text
+from ..errors import ERROR_CODES, WORLD, InvalidArgument, MismatchError, RankNames, ReshardError, error_code
 
 MAGIC = 0x5245534841524431  # "RESHARD1": a record from something else is caught, not misread
 MAX_DIMS = 16
@@ -114,13 +114,19 @@ def decode(raw: np.ndarray, size: int, arg_names: tuple[str, ...]) -> Record:
     )
 
 
-def describe_disagreement(what: str, values: Sequence[Any], fmt: Callable[[Any], str] = str) -> str:
+def describe_disagreement(what: str, values: Sequence[Any], fmt: Callable[[Any], str] = str,
+                           names: RankNames = WORLD) -> str:
     """'dtype differs across ranks: ranks 0, 1: float32; rank 2: float64'."""
+    return f"{what} {'differ' if what in _PLURAL else 'differs'} across ranks: " + by_rank(values, fmt, names)
+
+
+def by_rank(values: Sequence[Any], fmt: Callable[[Any], str] = str, names: RankNames = WORLD) -> str:
+    """'ranks 0, 1: float32; rank 2: float64': each distinct value once, after the ranks that hold
+    it (``values[q]``: rank q's), the ranks named as ``names`` names them."""
     groups: dict[str, list[int]] = {}
     for rank, value in enumerate(values):
         groups.setdefault(fmt(value), []).append(rank)
-    parts = [f"{ranks_text(ranks)}: {value}" for value, ranks in groups.items()]
-    return f"{what} {'differ' if what in _PLURAL else 'differs'} across ranks: " + "; ".join(parts)
+    return "; ".join(f"{names.many(ranks)}: {value}" for value, ranks in groups.items())
 
 
 def _input_text(tensors: int) -> str:
@@ -132,7 +138,8 @@ def _input_text(tensors: int) -> str:
 _PLURAL = {"tensors", "layouts", "split_sizes", "dtype and dims"}  # the arguments named in the plural
 
 
-def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseException | None) -> None:
+def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseException | None,
+                 names: RankNames = WORLD) -> None:
     """If any rank reported an invalid input, raise on every rank (the offender keeps its own)."""
     bad = [r for r, rec in enumerate(records) if rec.error_code]
     if not bad:
@@ -142,14 +149,14 @@ def raise_errors(records: Sequence[Record], own_rank: int, own_error: BaseExcept
     first = records[bad[0]]
     cls = ERROR_CODES.get(first.error_code, ReshardError)
     op = records[own_rank].op
-    said = [_own_words(records[r].message, r, op) for r in bad]
-    text = said[0] if len(bad) == 1 else " | ".join(f"rank {r}: {m}" for r, m in zip(bad, said))
-    raise cls(f"{op}: invalid input on {ranks_text(bad)}: {text}")
+    said = [_own_words(records[r].message, r, op, names) for r in bad]
+    text = said[0] if len(bad) == 1 else " | ".join(f"{names.one(r)}: {m}" for r, m in zip(bad, said))
+    raise cls(f"{op}: invalid input on {names.many(bad)}: {text}")
 
 
-def _own_words(message: str, rank: int, op: str) -> str:
+def _own_words(message: str, rank: int, op: str, names: RankNames = WORLD) -> str:
     """``message`` without the ``rank R: op: `` its rank put in front (the verdict names both)."""
-    for prefix in (f"rank {rank}: ", f"{op}: "):
+    for prefix in (f"{names.one(rank)}: ", f"{op}: "):
         if message.startswith(prefix):
             message = message[len(prefix):]
     return message
@@ -167,7 +174,8 @@ def _coded() -> dict[str, Callable[[int], str]]:
     return {"op": named(REDUCE_OPS), "algorithm": named(ALGORITHMS)}
 
 
-def compare_dims(op: str, shapes: Sequence[Sequence[int]], free_dims: Sequence[int] = ()) -> None:
+def compare_dims(op: str, shapes: Sequence[Sequence[int]], free_dims: Sequence[int] = (),
+                 names: RankNames = WORLD) -> None:
     """Raise MismatchError if every rank's shape (``shapes``, the same number of dims) is not
     the same in each dim outside ``free_dims``, naming the dim, each rank's length and shape."""
     for d in range(len(shapes[0])):
@@ -176,41 +184,43 @@ def compare_dims(op: str, shapes: Sequence[Sequence[int]], free_dims: Sequence[i
         values = [s[d] for s in shapes]
         if len(set(values)) > 1:
             raise MismatchError(
-                f"{op}: " + describe_disagreement(f"dim {d}", values)
-                + f" (full shapes: {', '.join(f'rank {r} {list(s)}' for r, s in enumerate(shapes))})"
+                f"{op}: " + describe_disagreement(f"dim {d}", values, names=names)
+                + f" (full shapes: {', '.join(f'{names.one(r)} {list(s)}' for r, s in enumerate(shapes))})"
             )
 
 
 def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_splits: bool = False,
-            arg_text: dict[str, Callable[[int], str]] | None = None) -> None:
+            arg_text: dict[str, Callable[[int], str]] | None = None, names: RankNames = WORLD) -> None:
     """Raise MismatchError if the calls disagree on anything but the dims in ``free_dims``
     (and the split sizes, when ``per_rank_splits``: all_to_all_v's send counts). ``arg_text``:
     how to show an argument whose record holds a code (an algorithm's index) by its name."""
     op = records[0].op
     if len({r.op for r in records}) > 1:
-        raise MismatchError("ranks called different collectives: " + describe_disagreement("op", [r.op for r in records]).split(": ", 1)[1])
+        raise MismatchError("ranks called different collectives: " + by_rank([r.op for r in records], names=names))
     counts = [r.tensors for r in records]
     if len(set(counts)) > 1:  # a list on some ranks, one tensor or a list of another length on others
-        raise MismatchError(f"{op}: " + describe_disagreement("input", counts, _input_text))
+        exc = MismatchError(f"{op}: " + describe_disagreement("input", counts, _input_text, names))
+        exc.argument = "input"  # type: ignore[attr-defined]  # a caller with the lists says where they part
+        raise exc
     for attr in ("dtype", "device"):
         values = [getattr(r, attr) for r in records]
         if len(set(values)) > 1:
-            raise MismatchError(f"{op}: " + describe_disagreement(attr, values))
+            raise MismatchError(f"{op}: " + describe_disagreement(attr, values, names=names))
     names = records[0].arg_names
     for i, name in enumerate(names):
         values = [r.args[i] for r in records]
         if len(set(values)) > 1:
             shown = (arg_text or {}).get(name) or _coded().get(name, str)
-            exc = MismatchError(f"{op}: " + describe_disagreement(name, values, shown))
+            exc = MismatchError(f"{op}: " + describe_disagreement(name, values, shown, names))
             exc.argument = name  # type: ignore[attr-defined]  # which argument, for a caller that says more
             raise exc
     ndims = [len(r.shape) if r.shape is not None else -1 for r in records]
     if len(set(ndims)) > 1:
-        raise MismatchError(f"{op}: " + describe_disagreement("number of dims", ndims))
-    compare_dims(op, [r.shape for r in records], free_dims)
+        raise MismatchError(f"{op}: " + describe_disagreement("number of dims", ndims, names=names))
+    compare_dims(op, [r.shape for r in records], free_dims, names)
     splits = [r.split_sizes for r in records]
     if not per_rank_splits and len(set(splits)) > 1:
-        raise MismatchError(f"{op}: " + describe_disagreement("split_sizes", splits))
+        raise MismatchError(f"{op}: " + describe_disagreement("split_sizes", splits, names=names))
     globals_ = [r.global_shape for r in records]
     if len(set(globals_)) > 1:
-        raise MismatchError(f"{op}: " + describe_disagreement("global_shape", globals_))
+        raise MismatchError(f"{op}: " + describe_disagreement("global_shape", globals_, names=names))

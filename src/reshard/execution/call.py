@@ -286,9 +286,9 @@ class Call:
         high, low = int(votes[0]), -int(votes[1])
         if high >> _DIGEST_BITS != low >> _DIGEST_BITS:
             ops = self.primitives.allgather_bytes(_op_bytes(self.op), f"{self.op} (check)")
-            names = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in ops]
-            raise MismatchError(f"rank {self.rank}: ranks called different collectives: "
-                                + agreement.describe_disagreement("op", names).split(": ", 1)[1])
+            called = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in ops]
+            raise MismatchError(f"{self.comm.rank_names.one(self.rank)}: ranks called different collectives: "
+                                + agreement.by_rank(called, names=self.comm.rank_names))
         return high == low and high & _DIGEST_MASK != 0
 
     def remember(self, run: Callable[..., Array], grad: Callable[..., Array] | None = None,
@@ -315,9 +315,9 @@ class Call:
             self.take_input(need_dims)
             return check(self.x, *args)
         except ReshardError as exc:
-            msg = str(exc)
-            if not msg.startswith(f"rank {self.rank}"):
-                exc.args = (f"rank {self.rank}: {self.op}: {msg}",) + exc.args[1:]
+            msg, me = str(exc), self.comm.rank_names.one(self.rank)
+            if not msg.startswith(f"{me}: ") and not msg.startswith(f"rank {self.rank}: "):
+                exc.args = (f"{me}: {self.op}: {msg}",) + exc.args[1:]
             self.error = exc
             self.record.fail(exc)
             return None
@@ -392,16 +392,48 @@ class Call:
         records = [agreement.decode(row[:width], self.size, self.record.arg_names) for row in gathered]
         if self.error is None and self.record.error_code:  # e.g. too many dims, found by encode
             self.error = agreement.ERROR_CODES[self.record.error_code](self.record.message)
-        agreement.raise_errors(records, self.rank, self.error)
+        agreement.raise_errors(records, self.rank, self.error, self.comm.rank_names)
         try:
-            agreement.compare(records, free_dims, per_rank_splits, self.arg_text)
+            agreement.compare(records, free_dims, per_rank_splits, self.arg_text, self.comm.rank_names)
         except MismatchError as exc:
-            named = self._said_in_full(getattr(exc, "argument", None))
+            argument = getattr(exc, "argument", None)
+            named = self._where_lists_part(records, exc) if argument == "input" else self._said_in_full(argument)
             if named is not None:
                 raise named from None
             raise exc from None
         self.records = records
         return [r.shape for r in records]
+
+    def _where_lists_part(self, records: Sequence[agreement.Record], exc: MismatchError) -> MismatchError | None:
+        """Where ranks passed lists of different lengths: the first position where they part, with
+        every rank's tensor there (dtype and local shape) or the end of its list. The position is
+        the first whose dtype or number of dims differs, else the first whose shape differs (a
+        sharded dim's length may differ by design), else the end of the shortest list. One small
+        exchange of two checksums per tensor, on the failure path; every rank holds the same
+        records, so all of them take it, or none (a rank given one tensor)."""
+        counts = [r.tensors for r in records]
+        if min(counts) < 0 or "input" not in self.per_tensor:
+            return None
+        kinds, shapes = self.per_tensor["input"]
+        width = max(counts)
+        codes = np.full(2 * width, -1, dtype=np.int64)
+        codes[: len(kinds)] = [zlib.crc32(t.encode()) for t in kinds]
+        codes[width : width + len(shapes)] = [zlib.crc32(t.encode()) for t in shapes]
+        gathered = self.primitives.allgather_bytes(codes.view(np.uint8), f"{self.op} (check)")
+        self.checks += 1
+        per_rank = np.ascontiguousarray(gathered).view(np.int64)
+        shortest = min(counts)
+
+        def first(block: np.ndarray) -> int:
+            differ = np.flatnonzero((block != block[0]).any(axis=0))
+            return int(differ[0]) if differ.size else width
+
+        at = min(first(per_rank[:, :width]), shortest)
+        if at == shortest:
+            at = min(first(per_rank[:, width:]), shortest)
+        mine = f"{kinds[at]} {shapes[at]}" if at < len(kinds) else f"none (its list ends at {len(kinds)} tensors)"
+        values = self._gathered_text(mine)
+        return MismatchError(f"{exc}; the lists part at tensor {at}: " + agreement.by_rank(values, names=self.comm.rank_names))
 
     def _said_in_full(self, argument: str | None) -> MismatchError | None:
         """Where the records disagree on ``argument`` and hold only its checksum: every rank's
@@ -412,7 +444,8 @@ class Call:
         is nothing more to say."""
         if argument in self.arg_texts:
             values = self._gathered_text(self.arg_texts[argument])
-            return MismatchError(f"{self.op}: " + agreement.describe_disagreement(argument, values))
+            return MismatchError(f"{self.op}: " + agreement.describe_disagreement(argument, values,
+                                                                                  names=self.comm.rank_names))
         if argument not in self.per_tensor:
             return None
         what, texts = self.per_tensor[argument]
@@ -425,7 +458,8 @@ class Call:
             return None
         i = int(differ[0])
         values = self._gathered_text(texts[i])
-        return MismatchError(f"{self.op}: tensor {i}: " + agreement.describe_disagreement(what, values))
+        return MismatchError(f"{self.op}: tensor {i}: " + agreement.describe_disagreement(what, values,
+                                                                                           names=self.comm.rank_names))
 
     def _gathered_text(self, text: str) -> list[str]:
         """Every rank's ``text`` (its first ``_TEXT_BYTES`` bytes), in rank order."""

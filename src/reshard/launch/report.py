@@ -115,7 +115,7 @@ def job_failed(
     culprits = sorted(own | set(early)) or sorted(failures)
     for q in early:
         failures[q] = f"rank {q} returned after {_calls(seen.get(q))} while its peers waited for it"
-    lines = [_returned_head(early, sorted(r for r in failures if r not in culprits), seen)] if early else []
+    lines = [_returned_head(early, sorted(r for r in failures if r not in culprits), seen, raised)] if early else []
     for text, ranks in _grouped({r: _cause(r, raised, failures, full) for r in culprits if r not in early}):
         lines.append(f"{ranks_text(ranks)} {text}" if text.startswith("failed: ") else _with_ranks(ranks, text))
     followers = {r: _stopped_line(r, culprits, early, raised, failures, seen) for r in sorted(failures) if r not in culprits}
@@ -139,20 +139,31 @@ def _same_everywhere(size: int, raised: dict[int, RankError], failures: dict[int
         text = f"{head}: {next(iter(by_message))}"
     else:
         text = head + ":\n" + "\n".join(f"  {_with_ranks(rs, m)}" for m, rs in by_message.items())
-    sites = {raised[r].site for r in raised if raised[r].site}
+    sites = _grouped({r: raised[r].site for r in raised if raised[r].site})
     if full:
         text += "\n" + raised[min(raised)].text.rstrip()
     elif len(sites) == 1:
-        text += "\n  raised from " + sites.pop().replace("\n", "\n  ")
+        text += "\n  raised from " + sites[0][0].replace("\n", "\n  ")
+    elif sites:  # the ranks called from different lines (different collectives, say): each group's
+        text += "\n  raised from:" + "".join(f"\n  {ranks_text(rs)}: " + site.replace("\n", "\n    ")
+                                             for site, rs in sites)
     return on_every_rank(getattr(errors, name))(text, failures, sorted(raised), [])
 
 
-def _returned_head(early: Sequence[int], waiting: Sequence[int], seen: dict) -> str:
-    """The first line where ranks returned while their peers waited for them."""
+def _returned_head(early: Sequence[int], waiting: Sequence[int], seen: dict, raised: dict[int, RankError]) -> str:
+    """The first line where ranks returned while their peers waited for them, then the job's
+    line each group of waiting ranks waited at (from their own tracebacks)."""
     if len(early) > 1:
-        return f"{ranks_text(early)} returned while their peers waited for them"
-    head = f"rank {early[0]} returned after {_calls(seen.get(early[0]))}"
-    return f"{head}; {ranks_text(waiting)} were waiting in {_where(seen.get(waiting[0]))}" if waiting else head
+        head = f"{ranks_text(early)} returned while their peers waited for them"
+    else:
+        head = f"rank {early[0]} returned after {_calls(seen.get(early[0]))}"
+        if waiting:
+            verb = "was" if len(waiting) == 1 else "were"
+            head += f"; {ranks_text(waiting)} {verb} waiting in {_where(seen.get(waiting[0]))}"
+    sites = _grouped({r: raised[r].site for r in waiting if r in raised and raised[r].site})
+    for site, ranks in sites:
+        head += f"\n  {ranks_text(ranks)} waited at " + site.replace("\n", "\n    ")
+    return head
 
 
 def _cause(r: int, raised: dict[int, RankError], failures: dict[int, str], full: bool) -> str:
