@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--timeout", type=positive_number, default=60.0, help="seconds before the job is stopped (default 60)")
     explain.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     explain.add_argument("--png", metavar="FILE", help="draw the layout before and after each collective as a PNG")
-    explain.add_argument("--html", metavar="FILE", help="a self-contained HTML page animating AllToAll")
+    explain.add_argument("--html", metavar="FILE", help="a self-contained HTML page animating each of the five "
+                         "collectives (with --moe: the dispatch, flat and in two levels)")
     explain.add_argument("--moe", action="store_true", help="a small MoE dispatch and combine instead, on --ranks ranks grouped into --hosts hosts: flat against two levels, and what crossed between hosts")
     explain.add_argument("--hosts", type=positive, default=2, help="with --moe: hosts the ranks are grouped into (default 2)")
     explain.add_argument("--top-k", type=positive, default=2, help="with --moe: experts per token (default 2)")
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--dtype", default="float32", help="element type, for the byte counts (default float32)")
     plan.add_argument("--rank", type=int, help="plan only this rank's part: its steps, peers and bytes, worked out from that rank alone")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.add_argument("--no-color", action="store_true", help="plain text even in a terminal")
     plan.add_argument("--lang", choices=LANGS, default="en", help="language of the text: en or ko (default en)")
     plan.add_argument("--alpha", type=non_negative_number, default=20e-6, help="seconds per message (latency), default 20e-6")
     plan.add_argument("--beta", type=non_negative_number, default=1 / 5e9, help="seconds per byte (1 / bandwidth), default 1/5e9")

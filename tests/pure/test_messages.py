@@ -41,3 +41,29 @@ def test_no_english_message_left_with_one_ranks():
 def test_a_set_of_ranks_is_named_one_way(ranks, text):
     assert ranks_text(ranks) == text
     assert ranks_text(ranks, word=False) == text.split(" ", 1)[1]
+
+
+def test_every_command_takes_no_color_as_the_cli_page_says():
+    import argparse
+
+    from reshard.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) >= {"demo", "explain", "plan", "bench", "doctor"}
+    for name, sub in commands.items():
+        flags = {flag for action in sub._actions for flag in action.option_strings}
+        assert "--no-color" in flags, name
+    import pathlib
+
+    with open(pathlib.Path(__file__).parents[2] / "docs" / "cli.md", encoding="utf-8") as f:
+        assert "All commands\nprint plain text when piped or with `--no-color`" in f.read()
+
+
+def test_explain_help_says_its_page_plays_every_collective():
+    from reshard.cli import build_parser
+
+    parser = build_parser()
+    explain = next(a for a in parser._actions if a.dest == "command").choices["explain"]
+    html = next(a for a in explain._actions if "--html" in a.option_strings)
+    assert "each of the five collectives" in html.help and "animating AllToAll" not in html.help

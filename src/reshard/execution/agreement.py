@@ -206,8 +206,7 @@ def compare(records: Sequence[Record], free_dims: Sequence[int] = (), per_rank_s
         values = [getattr(r, attr) for r in records]
         if len(set(values)) > 1:
             raise MismatchError(f"{op}: " + describe_disagreement(attr, values, names=names))
-    names = records[0].arg_names
-    for i, name in enumerate(names):
+    for i, name in enumerate(records[0].arg_names):
         values = [r.args[i] for r in records]
         if len(set(values)) > 1:
             shown = (arg_text or {}).get(name) or _coded().get(name, str)

@@ -33,7 +33,7 @@ def _plan_hosts(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(report, indent=2))
         else:
-            render_rank_plan(make_console(), report)
+            render_rank_plan(make_console(args.no_color), report)
         return 0
     levels = Levels()
     if args.levels is not None:
@@ -58,7 +58,7 @@ def _plan_hosts(args: argparse.Namespace) -> int:
         r = table[name]
         grid.add_row(name, f"{r['messages_inside_per_rank']:,} / {r['messages_across_per_rank']:,}",
                      f"{r['bytes_inside_per_rank']:,}", f"{r['bytes_per_host_link']:,}", f"{r['estimate_s'] * 1e3:.3f} ms")
-    console = make_console()
+    console = make_console(args.no_color)
     console.print(grid)
     def rate(beta: float) -> float:  # a fitted level may cost nothing per byte
         return 1 / beta / 1e9 if beta else float("inf")
@@ -97,7 +97,7 @@ def _plan_moe(args: argparse.Namespace) -> int:
                      f"{r['dispatch_bytes_per_rank'] / 1e6:,.1f} MB / {r['dispatch_bytes_per_host_link'] / 1e6:,.1f} MB",
                      f"{r['combine_bytes_per_rank'] / 1e6:,.1f} MB / {r['combine_bytes_per_host_link'] / 1e6:,.1f} MB",
                      f"{r['dispatch_s'] * 1e3:.3f} ms / {r['combine_s'] * 1e3:.3f} ms")
-    console = make_console()
+    console = make_console(args.no_color)
     console.print(grid)
     console.print(f"a token's {args.top_k} slots: {table['pairs_across_per_token']:.3f} on other hosts (flat rows), "
                   f"{table['remote_hosts_per_token']:.3f} other hosts reached (deduplicated rows); "
@@ -145,7 +145,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         else:
             from ..viz.terminal import render_plan
 
-            render_plan(make_console(), plan, args.lang, alpha=args.alpha, beta=args.beta)
+            render_plan(make_console(args.no_color), plan, args.lang, alpha=args.alpha, beta=args.beta)
         return 0
     from ..planning.mesh_plan import mesh_plan
 
@@ -164,7 +164,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         from ..viz.terminal import render_mesh_plan
 
-        render_mesh_plan(make_console(), report, args.lang)
+        render_mesh_plan(make_console(args.no_color), report, args.lang)
     return 0
 
 
@@ -201,7 +201,7 @@ def _plan_many(args: argparse.Namespace, shapes: tuple) -> int:
     from ..viz.terminal import render_mesh_plan
     from ..viz.text import human_bytes
 
-    console = make_console()
+    console = make_console(args.no_color)
     for report in reports:
         render_mesh_plan(console, report, args.lang)
     console.print(say("meshplan.many", args.lang, n=len(shapes), amount=byte_span(human_bytes(min(sent)), human_bytes(max(sent)),
@@ -234,5 +234,5 @@ def _plan_rank(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        render_rank_plan(make_console(), report)
+        render_rank_plan(make_console(args.no_color), report)
     return 0
