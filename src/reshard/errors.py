@@ -33,22 +33,20 @@ class RankNames:
     ``rank 2 (tp rank 0)``). ``world[q]`` is rank q's world rank; None: the world itself."""
 
     def __init__(self, world: Sequence[int] | None = None, label: str = ""):
-        self.world = None if world is None else [int(w) for w in world]
+        world = None if world is None else [int(w) for w in world]
+        # the world's own numbering, as given: named as the world, with nothing beside
+        self.world = None if world == list(range(len(world or []))) else world
         self.label = label
 
     def world_rank(self, rank: int) -> int:
         return rank if self.world is None else self.world[rank]
-
-    def same(self) -> bool:
-        """True where the communicator's ranks are the world's, numbered as there."""
-        return self.world is None or self.world == list(range(len(self.world)))
 
     def one(self, rank: int) -> str:
         return self.many([rank])
 
     def many(self, ranks: Iterable[int]) -> str:
         ranks = sorted(ranks)
-        if self.same():
+        if self.world is None:
             return ranks_text(ranks)
         inside = f"{self.label} {ranks_text(ranks)}" if self.label else f"{ranks_text(ranks)} here"
         return f"{ranks_text(self.world_rank(q) for q in ranks)} ({inside})"

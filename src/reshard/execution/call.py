@@ -415,25 +415,15 @@ class Call:
         if min(counts) < 0 or "input" not in self.per_tensor:
             return None
         kinds, shapes = self.per_tensor["input"]
-        width = max(counts)
-        codes = np.full(2 * width, -1, dtype=np.int64)
-        codes[: len(kinds)] = [zlib.crc32(t.encode()) for t in kinds]
-        codes[width : width + len(shapes)] = [zlib.crc32(t.encode()) for t in shapes]
-        gathered = self.primitives.allgather_bytes(codes.view(np.uint8), f"{self.op} (check)")
-        self.checks += 1
-        per_rank = np.ascontiguousarray(gathered).view(np.int64)
-        shortest = min(counts)
-
-        def first(block: np.ndarray) -> int:
-            differ = np.flatnonzero((block != block[0]).any(axis=0))
-            return int(differ[0]) if differ.size else width
-
-        at = min(first(per_rank[:, :width]), shortest)
+        width, shortest = max(counts), min(counts)
+        kinds_at, shapes_at = self._gathered_checksums([kinds, shapes], width)
+        at = min(_first_differing(kinds_at, width), shortest)
         if at == shortest:
-            at = min(first(per_rank[:, width:]), shortest)
+            at = min(_first_differing(shapes_at, width), shortest)
         mine = f"{kinds[at]} {shapes[at]}" if at < len(kinds) else f"none (its list ends at {len(kinds)} tensors)"
         values = self._gathered_text(mine)
-        return MismatchError(f"{exc}; the lists part at tensor {at}: " + agreement.by_rank(values, names=self.comm.rank_names))
+        return MismatchError(f"{exc}; the lists part at tensor {at}: "
+                             + agreement.by_rank(values, names=self.comm.rank_names))
 
     def _said_in_full(self, argument: str | None) -> MismatchError | None:
         """Where the records disagree on ``argument`` and hold only its checksum: every rank's
@@ -449,17 +439,26 @@ class Call:
         if argument not in self.per_tensor:
             return None
         what, texts = self.per_tensor[argument]
-        codes = np.array([zlib.crc32(t.encode()) for t in texts] or [0], dtype=np.int64)
-        gathered = self.primitives.allgather_bytes(codes.view(np.uint8), f"{self.op} (check)")
-        self.checks += 1
-        per_rank = np.ascontiguousarray(gathered).view(np.int64)
-        differ = np.flatnonzero((per_rank != per_rank[0]).any(axis=0))
-        if not differ.size or not texts:
+        (per_rank,) = self._gathered_checksums([texts], len(texts))
+        i = _first_differing(per_rank, len(texts))
+        if i >= len(texts):
             return None
-        i = int(differ[0])
         values = self._gathered_text(texts[i])
         return MismatchError(f"{self.op}: tensor {i}: " + agreement.describe_disagreement(what, values,
                                                                                            names=self.comm.rank_names))
+
+    def _gathered_checksums(self, columns: Sequence[Sequence[str]], width: int) -> list[np.ndarray]:
+        """Every rank's checksum of each text of each of ``columns`` (lists of texts, one per
+        tensor), in one exchange: per column an int64 [ranks, width] array, -1 past a rank's
+        list. ``width`` is the same on every rank."""
+        width = max(width, 1)
+        codes = np.full(len(columns) * width, -1, dtype=np.int64)
+        for c, texts in enumerate(columns):
+            codes[c * width : c * width + len(texts)] = [zlib.crc32(t.encode()) for t in texts]
+        gathered = self.primitives.allgather_bytes(codes.view(np.uint8), f"{self.op} (check)")
+        self.checks += 1
+        per_rank = np.ascontiguousarray(gathered).view(np.int64)
+        return [per_rank[:, c * width : (c + 1) * width] for c in range(len(columns))]
 
     def _gathered_text(self, text: str) -> list[str]:
         """Every rank's ``text`` (its first ``_TEXT_BYTES`` bytes), in rank order."""
@@ -475,6 +474,12 @@ class Call:
         if self.numpy_in and out is not None:
             return out.numpy()
         return out
+
+
+def _first_differing(per_rank: np.ndarray, width: int) -> int:
+    """The first column where the ranks' rows differ, else ``width``."""
+    differ = np.flatnonzero((per_rank != per_rank[0]).any(axis=0))
+    return int(differ[0]) if differ.size else width
 
 
 def wants_grad(x: Any) -> bool:
